@@ -1,0 +1,74 @@
+# Generated from chapters/01_token_recurrence.md by tools/tangle.py.
+# Edit the chapter, not this file: `python tools/tangle.py` rewrites it.
+
+"""Checks shared by every public GDN2 function: FLA's layout, one clear error per mistake."""
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class GDN2Dims:
+    """Sizes of a validated call: batch B, length T, heads H, key dim K, value dim V, and the scale."""
+
+    B: int
+    T: int
+    H: int
+    K: int
+    V: int
+    scale: float
+
+
+def _check_tensor(name, x, ndim, layout):
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != ndim:
+        raise ValueError(f"{name} must have {ndim} dims {layout}, got shape {tuple(x.shape)}")
+    if not x.is_floating_point():
+        raise ValueError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+    if x.numel() == 0:
+        raise ValueError(f"{name} must not be empty, got shape {tuple(x.shape)}")
+
+
+def validate_inputs(q, k, v, g, b, w, scale=None, initial_state=None) -> GDN2Dims:
+    """Check a GDN2 call and return its sizes.
+
+    q, k, g, b: [B, T, H, K]; v, w: [B, T, H, V]; initial_state: [B, H, K, V] or None;
+    scale: a positive number, or None for K ** -0.5. Raises ValueError naming the argument.
+    """
+    for name, x in dict(q=q, k=k, g=g, b=b).items():
+        _check_tensor(name, x, 4, "[B, T, H, K]")
+    for name, x in dict(v=v, w=w).items():
+        _check_tensor(name, x, 4, "[B, T, H, V]")
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    for name, x in dict(k=k, g=g, b=b).items():
+        if x.shape != q.shape:
+            raise ValueError(f"{name} must have the shape of q [B, T, H, K] = {tuple(q.shape)}, "
+                             f"got {tuple(x.shape)}")
+    if v.shape[:3] != q.shape[:3]:
+        raise ValueError(f"v must share [B, T, H] = {tuple(q.shape[:3])} with q, got {tuple(v.shape[:3])}")
+    if w.shape != v.shape:
+        raise ValueError(f"w must have the shape of v [B, T, H, V] = {tuple(v.shape)}, got {tuple(w.shape)}")
+    for name, x in dict(k=k, v=v, g=g, b=b, w=w).items():
+        if x.device != q.device:
+            raise ValueError(f"{name} must be on q's device {q.device}, got {x.device}")
+    if initial_state is not None:
+        _check_tensor("initial_state", initial_state, 4, "[B, H, K, V]")
+        if initial_state.shape != (B, H, K, V):
+            raise ValueError(f"initial_state must have shape [B, H, K, V] = {(B, H, K, V)}, "
+                             f"got {tuple(initial_state.shape)}")
+        if initial_state.device != q.device:
+            raise ValueError(f"initial_state must be on q's device {q.device}, got {initial_state.device}")
+    if scale is None:
+        scale = K ** -0.5
+    elif isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale must be a positive finite number or None, got {scale!r}")
+    return GDN2Dims(B, T, H, K, V, float(scale))
+
+
+def compute_dtype(*tensors) -> torch.dtype:
+    """float64 if any given tensor is float64 (the oracle's precision), else float32."""
+    return torch.float64 if any(t is not None and t.dtype == torch.float64 for t in tensors) else torch.float32
