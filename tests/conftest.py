@@ -1,9 +1,14 @@
 """Shared fixtures: the repository root and float64 random GDN2 inputs."""
 
+import os
 from pathlib import Path
 
 import pytest
 import torch
+
+# Without a GPU, Triton kernels run in its interpreter; the variable must be set before triton is imported.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 ROOT = Path(__file__).resolve().parent.parent
 
