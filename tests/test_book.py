@@ -1,6 +1,8 @@
 """Build the whole book from scratch, warnings as errors, and look at the rendered pages."""
 
+import json
 import re
+import shutil
 import subprocess
 import sys
 
@@ -68,3 +70,28 @@ def test_citations_and_glue_resolved(built_book):
     text = soup.get_text(" ")
     assert "Hatamizadeh" in text, "bibliography citations did not resolve"
     assert "{glue" not in text and "{cite" not in text and "{eq" not in text
+
+
+def test_every_formula_typesets_in_mathjax(root, built_book):
+    """Typeset each formula of the built pages with MathJax 3 in node: no TeX errors, no unknown macros."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if not (node and npm):
+        pytest.skip("node and npm are needed to run MathJax outside a browser")
+    checker = root / "tests" / "mathjax"
+    if not (checker / "node_modules" / "mathjax-full").exists():
+        subprocess.run([npm, "install", "--silent", "--no-audit", "--no-fund"], cwd=checker, check=True)
+    config = yaml.safe_load((root / "_config.yml").read_text())
+    macros = config["sphinx"]["config"]["mathjax3_config"]["tex"]["macros"]
+    formulas = []
+    for html in sorted(built_book.rglob("*.html")):
+        for node_ in BeautifulSoup(html.read_text(), "html.parser").select(".math"):
+            for number in node_.select(".eqno"):          # "(1.1)#": the label, not TeX
+                number.decompose()
+            text = node_.get_text().strip()
+            display = text.startswith("\\[")
+            formulas.append({"page": html.name, "tex": text[2:-2], "display": display})
+    assert len(formulas) > 50
+    result = subprocess.run([node, "typeset.js"], cwd=checker, input=json.dumps(
+        {"macros": macros, "formulas": formulas}), capture_output=True, text=True, check=True)
+    failures = json.loads(result.stdout)
+    assert not failures, failures[:5]
