@@ -6,6 +6,8 @@
 from gdn2edu.inputs import GDN2Dims, validate_inputs, compute_dtype
 from gdn2edu.recurrence import gdn2_token_update, recurrent_gdn2, recurrent_gdn2_step
 from gdn2edu.family import family_gates
+from gdn2edu.wy_backward import strict_lower, wy_chunk_backward, wy_backward_products, flops_wy_backward
+from gdn2edu.rewy import rewy_chunk_backward, rewy_backward_products, flops_rewy_backward
 
 __all__ = [
     "GDN2Dims",
@@ -15,4 +17,11 @@ __all__ = [
     "recurrent_gdn2",
     "recurrent_gdn2_step",
     "family_gates",
+    "strict_lower",
+    "wy_chunk_backward",
+    "wy_backward_products",
+    "flops_wy_backward",
+    "rewy_chunk_backward",
+    "rewy_backward_products",
+    "flops_rewy_backward",
 ]
