@@ -1,6 +1,8 @@
+# Generated from chapters/09_triton_chunked_forward.md by tools/tangle.py.
+# Edit the chapter, not this file: `python tools/tangle.py` rewrites it.
+
 """The chunked GDN2 forward in Triton: an intra-chunk kernel, parallel over chunks, and a fused state scan."""
 
-import math
 import os
 
 import torch
@@ -10,10 +12,9 @@ if not torch.cuda.is_available():
 
 import triton
 import triton.language as tl
+import triton.testing
 
 from gdn2edu.inputs import _check_tensor, validate_inputs
-
-RCP_LN2 = 1.0 / math.log(2.0)
 
 
 @triton.jit
@@ -196,6 +197,7 @@ def chunk_gdn2_fwd_scan_kernel(q, k, v, g, b, w, A, Aqk, o, h0, ht, cu_seqlens, 
         p_ht, m_ht = _tile(ht + i_nh * K * V, 0, i_v * BV, K, V, V, BK, BV)
         tl.store(p_ht, b_S, mask=m_ht)
 
+
 def _check_cu_seqlens(cu_seqlens, B, T, device):
     """Validate packed-sequence offsets [N + 1] and return them as int32 on the inputs' device."""
     if not isinstance(cu_seqlens, torch.Tensor):
@@ -265,3 +267,27 @@ def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_st
         USE_INITIAL_STATE=h0 is not None, STORE_FINAL_STATE=ht is not None, DOT=DOT,
         num_warps=4 if BK <= 64 else 8, num_stages=2)
     return o, ht
+
+
+def benchmark_chunk_gdn2(B, T, H=16, K=128, V=128, dtype=torch.bfloat16, seed=0):
+    """Median time in ms of one ``chunk_gdn2`` forward on the current CUDA GPU.
+
+    Inputs as in the FLA H200 baseline: q [B, T, H, K] standard normal, k L2-normalised per head,
+    v [B, T, H, V] standard normal (all in ``dtype``), g float32 logsigmoid(x) / 16, b and w uniform in
+    [0.1, 0.9] in ``dtype``; no initial state. Timed by ``triton.testing.do_bench(warmup=50, rep=300)``.
+    """
+    if not torch.cuda.is_available():
+        raise ValueError("benchmark_chunk_gdn2 needs a CUDA GPU; none is available")
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, device="cuda")
+
+    q = randn(B, T, H, K).to(dtype)
+    k = torch.nn.functional.normalize(randn(B, T, H, K), dim=-1).to(dtype)
+    v = randn(B, T, H, V).to(dtype)
+    g = torch.nn.functional.logsigmoid(randn(B, T, H, K)) / 16
+    b = (0.1 + 0.8 * torch.rand(B, T, H, K, generator=gen, device="cuda")).to(dtype)
+    w = (0.1 + 0.8 * torch.rand(B, T, H, V, generator=gen, device="cuda")).to(dtype)
+    return triton.testing.do_bench(lambda: chunk_gdn2(q, k, v, g, b, w), warmup=50, rep=300,
+                                   return_mode="median")
