@@ -8,6 +8,7 @@ from gdn2edu.recurrence import gdn2_token_update, recurrent_gdn2, recurrent_gdn2
 from gdn2edu.family import family_gates
 from gdn2edu.wy_backward import strict_lower, wy_chunk_backward, wy_backward_products, flops_wy_backward
 from gdn2edu.rewy import rewy_chunk_backward, rewy_backward_products, flops_rewy_backward
+from gdn2edu.chunk_kernels import chunk_gdn2_fwd_intra_kernel, chunk_gdn2_fwd_scan_kernel, chunk_gdn2, benchmark_chunk_gdn2
 
 __all__ = [
     "GDN2Dims",
@@ -24,4 +25,8 @@ __all__ = [
     "rewy_chunk_backward",
     "rewy_backward_products",
     "flops_rewy_backward",
+    "chunk_gdn2_fwd_intra_kernel",
+    "chunk_gdn2_fwd_scan_kernel",
+    "chunk_gdn2",
+    "benchmark_chunk_gdn2",
 ]

@@ -1,0 +1,293 @@
+# Generated from chapters/09_triton_chunked_forward.md by tools/tangle.py.
+# Edit the chapter, not this file: `python tools/tangle.py` rewrites it.
+
+"""The chunked GDN2 forward in Triton: an intra-chunk kernel, parallel over chunks, and a fused state scan."""
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")   # must precede the @triton.jit decorations below
+
+import triton
+import triton.language as tl
+import triton.testing
+
+from gdn2edu.inputs import _check_tensor, validate_inputs
+
+
+@triton.jit
+def _tile(base, row0, col0, n_rows, n_cols, stride, BR: tl.constexpr, BCOL: tl.constexpr):
+    """Pointers and in-bounds mask of the [BR, BCOL] tile at (row0, col0) of a row-major [n_rows, n_cols] view."""
+    o_r = row0 + tl.arange(0, BR)
+    o_c = col0 + tl.arange(0, BCOL)
+    return base + o_r[:, None] * stride + o_c[None, :], (o_r[:, None] < n_rows) & (o_c[None, :] < n_cols)
+
+
+@triton.jit
+def _load(base, row0, col0, n_rows, n_cols, stride, BR: tl.constexpr, BCOL: tl.constexpr):
+    """The tile as float32, zero outside the view (tails of sequences, padded feature columns)."""
+    p_x, m_x = _tile(base, row0, col0, n_rows, n_cols, stride, BR, BCOL)
+    return tl.load(p_x, mask=m_x, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _sub_chunk(q, k, b, g, bos, T, row0, i_h, i_k, b_prefix, H: tl.constexpr, K: tl.constexpr,
+               BC: tl.constexpr, BK: tl.constexpr):
+    """Rows row0 .. row0+BC of one chunk, key block i_k: anchored query and erase rows, keys, base-2 G."""
+    o_c = tl.arange(0, BC)
+    b_q = _load(q + (bos * H + i_h) * K, row0, i_k * BK, T, K, H * K, BC, BK)
+    b_k = _load(k + (bos * H + i_h) * K, row0, i_k * BK, T, K, H * K, BC, BK)
+    b_b = _load(b + (bos * H + i_h) * K, row0, i_k * BK, T, K, H * K, BC, BK)
+    b_g = _load(g + (bos * H + i_h) * K, row0, i_k * BK, T, K, H * K, BC, BK)
+    b_g = tl.cumsum(b_g * 1.4426950408889634, axis=0) + b_prefix[None, :]   # G / ln 2; rows past T add 0
+    b_gm = tl.sum(tl.where(o_c[:, None] == BC // 2, b_g, 0.0), axis=0)       # the anchor: G at the midpoint
+    b_last = tl.sum(tl.where(o_c[:, None] == BC - 1, b_g, 0.0), axis=0)      # the next sub-chunk's prefix
+    b_r = tl.exp2(b_g - b_gm[None, :])                                        # <= 2^(BC/2 * max|g| / ln 2)
+    return b_q * b_r, b_b * b_k * b_r, b_k, b_g, b_gm, b_last
+
+
+@triton.jit
+def _scores(b_qr, b_er, b_gm, b_k, b_g, DOT: tl.constexpr):
+    """(E_a Y_c^T, Q_a Y_c^T) for row sub-chunk a (anchored rows) against the keys of sub-chunk c <= a."""
+    b_kt = tl.trans(b_k * tl.exp2(b_gm[None, :] - b_g))
+    return tl.dot(b_er, b_kt, input_precision=DOT), tl.dot(b_qr, b_kt, input_precision=DOT)
+
+
+@triton.jit
+def _invert_unit_lower(b_L, BC: tl.constexpr):
+    """(I + b_L)^{-1} for a strictly lower-triangular [BC, BC] b_L, by forward substitution, row by row."""
+    o_c = tl.arange(0, BC)
+    b_Ai = (o_c[:, None] == o_c[None, :]).to(tl.float32)
+    for i in range(1, BC):
+        b_l = tl.sum(tl.where(o_c[:, None] == i, b_L, 0.0), axis=0)             # row i of L: [BC]
+        b_row = tl.sum(b_l[:, None] * b_Ai, axis=0)                            # sum_j L_ij (row j of A)
+        b_Ai = tl.where(o_c[:, None] == i, b_Ai - b_row[None, :], b_Ai)
+    return b_Ai
+
+
+@triton.jit
+def _store_block(A, bos, T, i_h, row0, col0, b_x, H: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr):
+    p_A, m_A = _tile(A + (bos * H + i_h) * BT, row0, col0, T, BT, H * BT, BC, BC)
+    tl.store(p_A, b_x, mask=m_A)
+
+
+@triton.jit
+def chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, cu_seqlens, chunk_indices, scale,
+                                H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
+                                BK: tl.constexpr, DOT: tl.constexpr):
+    """One (chunk, head): A = (I + L)^{-1} and Aqk = scale * L_<=(Q_g Y^T), written as [T, H, BT] rows."""
+    i_t, i_h = tl.program_id(0), tl.program_id(1)
+    i_n, i_c = tl.load(chunk_indices + 2 * i_t), tl.load(chunk_indices + 2 * i_t + 1)
+    bos, eos = tl.load(cu_seqlens + i_n), tl.load(cu_seqlens + i_n + 1)
+    T = eos - bos
+    t0 = i_c * BT
+    z = tl.zeros([BC, BC], dtype=tl.float32)
+    b_L00, b_L11, b_L22, b_L33, b_L10, b_L20, b_L21, b_L30, b_L31, b_L32 = z, z, z, z, z, z, z, z, z, z
+    b_S00, b_S11, b_S22, b_S33, b_S10, b_S20, b_S21, b_S30, b_S31, b_S32 = z, z, z, z, z, z, z, z, z, z
+    for i_k in range(tl.cdiv(K, BK)):          # the scores are sums over the key axis: accumulate by blocks
+        b_p = tl.zeros([BK], dtype=tl.float32)
+        b_qr0, b_er0, b_k0, b_g0, b_gm0, b_p = _sub_chunk(q, k, b, g, bos, T, t0, i_h, i_k, b_p, H, K, BC, BK)
+        b_qr1, b_er1, b_k1, b_g1, b_gm1, b_p = _sub_chunk(q, k, b, g, bos, T, t0 + BC, i_h, i_k, b_p,
+                                                          H, K, BC, BK)
+        b_qr2, b_er2, b_k2, b_g2, b_gm2, b_p = _sub_chunk(q, k, b, g, bos, T, t0 + 2 * BC, i_h, i_k, b_p,
+                                                          H, K, BC, BK)
+        b_qr3, b_er3, b_k3, b_g3, b_gm3, b_p = _sub_chunk(q, k, b, g, bos, T, t0 + 3 * BC, i_h, i_k, b_p,
+                                                          H, K, BC, BK)
+        b_l, b_s = _scores(b_qr0, b_er0, b_gm0, b_k0, b_g0, DOT)
+        b_L00, b_S00 = b_L00 + b_l, b_S00 + b_s
+        b_l, b_s = _scores(b_qr1, b_er1, b_gm1, b_k0, b_g0, DOT)
+        b_L10, b_S10 = b_L10 + b_l, b_S10 + b_s
+        b_l, b_s = _scores(b_qr1, b_er1, b_gm1, b_k1, b_g1, DOT)
+        b_L11, b_S11 = b_L11 + b_l, b_S11 + b_s
+        b_l, b_s = _scores(b_qr2, b_er2, b_gm2, b_k0, b_g0, DOT)
+        b_L20, b_S20 = b_L20 + b_l, b_S20 + b_s
+        b_l, b_s = _scores(b_qr2, b_er2, b_gm2, b_k1, b_g1, DOT)
+        b_L21, b_S21 = b_L21 + b_l, b_S21 + b_s
+        b_l, b_s = _scores(b_qr2, b_er2, b_gm2, b_k2, b_g2, DOT)
+        b_L22, b_S22 = b_L22 + b_l, b_S22 + b_s
+        b_l, b_s = _scores(b_qr3, b_er3, b_gm3, b_k0, b_g0, DOT)
+        b_L30, b_S30 = b_L30 + b_l, b_S30 + b_s
+        b_l, b_s = _scores(b_qr3, b_er3, b_gm3, b_k1, b_g1, DOT)
+        b_L31, b_S31 = b_L31 + b_l, b_S31 + b_s
+        b_l, b_s = _scores(b_qr3, b_er3, b_gm3, b_k2, b_g2, DOT)
+        b_L32, b_S32 = b_L32 + b_l, b_S32 + b_s
+        b_l, b_s = _scores(b_qr3, b_er3, b_gm3, b_k3, b_g3, DOT)
+        b_L33, b_S33 = b_L33 + b_l, b_S33 + b_s
+
+    o_c = tl.arange(0, BC)
+    m_strict = o_c[:, None] > o_c[None, :]
+    m_incl = o_c[:, None] >= o_c[None, :]
+    # the diagonal blocks: invert each 16 x 16 unit-triangular block by forward substitution
+    b_Ai00 = _invert_unit_lower(tl.where(m_strict, b_L00, 0.0), BC)
+    b_Ai11 = _invert_unit_lower(tl.where(m_strict, b_L11, 0.0), BC)
+    b_Ai22 = _invert_unit_lower(tl.where(m_strict, b_L22, 0.0), BC)
+    b_Ai33 = _invert_unit_lower(tl.where(m_strict, b_L33, 0.0), BC)
+    # the blocks below: A_ac = -A_aa sum_{c <= d < a} L_ad A_dc, one sub-diagonal at a time
+    b_Ai10 = -tl.dot(b_Ai11, tl.dot(b_L10, b_Ai00, input_precision=DOT), input_precision=DOT)
+    b_Ai21 = -tl.dot(b_Ai22, tl.dot(b_L21, b_Ai11, input_precision=DOT), input_precision=DOT)
+    b_Ai32 = -tl.dot(b_Ai33, tl.dot(b_L32, b_Ai22, input_precision=DOT), input_precision=DOT)
+    b_Ai20 = -tl.dot(b_Ai22, tl.dot(b_L20, b_Ai00, input_precision=DOT)
+                     + tl.dot(b_L21, b_Ai10, input_precision=DOT), input_precision=DOT)
+    b_Ai31 = -tl.dot(b_Ai33, tl.dot(b_L31, b_Ai11, input_precision=DOT)
+                     + tl.dot(b_L32, b_Ai21, input_precision=DOT), input_precision=DOT)
+    b_Ai30 = -tl.dot(b_Ai33, tl.dot(b_L30, b_Ai00, input_precision=DOT)
+                     + tl.dot(b_L31, b_Ai10, input_precision=DOT)
+                     + tl.dot(b_L32, b_Ai20, input_precision=DOT), input_precision=DOT)
+    _store_block(A, bos, T, i_h, t0, 0, b_Ai00, H, BT, BC)
+    _store_block(A, bos, T, i_h, t0 + BC, 0, b_Ai10, H, BT, BC)
+    _store_block(A, bos, T, i_h, t0 + BC, BC, b_Ai11, H, BT, BC)
+    _store_block(A, bos, T, i_h, t0 + 2 * BC, 0, b_Ai20, H, BT, BC)
+    _store_block(A, bos, T, i_h, t0 + 2 * BC, BC, b_Ai21, H, BT, BC)
+    _store_block(A, bos, T, i_h, t0 + 2 * BC, 2 * BC, b_Ai22, H, BT, BC)
+    _store_block(A, bos, T, i_h, t0 + 3 * BC, 0, b_Ai30, H, BT, BC)
+    _store_block(A, bos, T, i_h, t0 + 3 * BC, BC, b_Ai31, H, BT, BC)
+    _store_block(A, bos, T, i_h, t0 + 3 * BC, 2 * BC, b_Ai32, H, BT, BC)
+    _store_block(A, bos, T, i_h, t0 + 3 * BC, 3 * BC, b_Ai33, H, BT, BC)
+    _store_block(Aqk, bos, T, i_h, t0, 0, scale * tl.where(m_incl, b_S00, 0.0), H, BT, BC)
+    _store_block(Aqk, bos, T, i_h, t0 + BC, 0, scale * b_S10, H, BT, BC)
+    _store_block(Aqk, bos, T, i_h, t0 + BC, BC, scale * tl.where(m_incl, b_S11, 0.0), H, BT, BC)
+    _store_block(Aqk, bos, T, i_h, t0 + 2 * BC, 0, scale * b_S20, H, BT, BC)
+    _store_block(Aqk, bos, T, i_h, t0 + 2 * BC, BC, scale * b_S21, H, BT, BC)
+    _store_block(Aqk, bos, T, i_h, t0 + 2 * BC, 2 * BC, scale * tl.where(m_incl, b_S22, 0.0), H, BT, BC)
+    _store_block(Aqk, bos, T, i_h, t0 + 3 * BC, 0, scale * b_S30, H, BT, BC)
+    _store_block(Aqk, bos, T, i_h, t0 + 3 * BC, BC, scale * b_S31, H, BT, BC)
+    _store_block(Aqk, bos, T, i_h, t0 + 3 * BC, 2 * BC, scale * b_S32, H, BT, BC)
+    _store_block(Aqk, bos, T, i_h, t0 + 3 * BC, 3 * BC, scale * tl.where(m_incl, b_S33, 0.0), H, BT, BC)
+
+
+@triton.jit
+def chunk_gdn2_fwd_scan_kernel(q, k, v, g, b, w, A, Aqk, o, h0, ht, cu_seqlens, scale,
+                               H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                               BK: tl.constexpr, BV: tl.constexpr, USE_INITIAL_STATE: tl.constexpr,
+                               STORE_FINAL_STATE: tl.constexpr, DOT: tl.constexpr):
+    """One (sequence, head, value block): the state scan over chunks, with the outputs fused in."""
+    i_v, i_nh = tl.program_id(0), tl.program_id(1)
+    i_n, i_h = i_nh // H, i_nh % H
+    bos, eos = tl.load(cu_seqlens + i_n), tl.load(cu_seqlens + i_n + 1)
+    T = eos - bos
+    o_t = tl.arange(0, BT)
+    m_incl = o_t[:, None] >= o_t[None, :]
+    b_S = tl.zeros([BK, BV], dtype=tl.float32)
+    if USE_INITIAL_STATE:
+        b_S = _load(h0 + i_nh * K * V, 0, i_v * BV, K, V, V, BK, BV)
+    p_qk, p_vw, p_a = (bos * H + i_h) * K, (bos * H + i_h) * V, (bos * H + i_h) * BT   # row 0 of the sequence
+    for i_t in range(tl.cdiv(T, BT)):
+        t0 = i_t * BT
+        # decay inside the chunk, base 2; rows past T load g = 0, so b_G's last row is G at the chunk's end
+        b_G = tl.cumsum(_load(g + p_qk, t0, 0, T, K, H * K, BT, BK) * 1.4426950408889634, axis=0)
+        b_Gn = tl.sum(tl.where(o_t[:, None] == BT - 1, b_G, 0.0), axis=0)              # [BK]
+        b_k = _load(k + p_qk, t0, 0, T, K, H * K, BT, BK)
+        # R = A (Z - E S): the corrections against the state entering the chunk
+        b_E = _load(b + p_qk, t0, 0, T, K, H * K, BT, BK) * b_k * tl.exp2(b_G)
+        b_Z = _load(v + p_vw, t0, i_v * BV, T, V, H * V, BT, BV) * _load(w + p_vw, t0, i_v * BV, T, V, H * V, BT, BV)
+        b_A = tl.where(m_incl, _load(A + p_a, t0, 0, T, BT, H * BT, BT, BT), 0.0)
+        b_R = tl.dot(b_A, b_Z - tl.dot(b_E, b_S, input_precision=DOT), input_precision=DOT)
+        # O = Q_g S + Aqk R (the scale sits in Q_g and in Aqk)
+        b_Qg = _load(q + p_qk, t0, 0, T, K, H * K, BT, BK) * (scale * tl.exp2(b_G))
+        b_Aqk = tl.where(m_incl, _load(Aqk + p_a, t0, 0, T, BT, H * BT, BT, BT), 0.0)
+        b_O = tl.dot(b_Qg, b_S, input_precision=DOT) + tl.dot(b_Aqk, b_R, input_precision=DOT)
+        p_o, m_o = _tile(o + p_vw, t0, i_v * BV, T, V, H * V, BT, BV)
+        tl.store(p_o, b_O.to(p_o.dtype.element_ty), mask=m_o)
+        # S <- Diag(gamma_n) S + kg^T R, with kg = K * gamma_n / gamma (every exponent <= 0)
+        b_kg = b_k * tl.exp2(b_Gn[None, :] - b_G)
+        b_S = b_S * tl.exp2(b_Gn)[:, None] + tl.dot(tl.trans(b_kg), b_R, input_precision=DOT)
+    if STORE_FINAL_STATE:
+        p_ht, m_ht = _tile(ht + i_nh * K * V, 0, i_v * BV, K, V, V, BK, BV)
+        tl.store(p_ht, b_S, mask=m_ht)
+
+
+def _check_cu_seqlens(cu_seqlens, B, T, device):
+    """Validate packed-sequence offsets [N + 1] and return them as int32 on the inputs' device."""
+    if not isinstance(cu_seqlens, torch.Tensor):
+        raise ValueError(f"cu_seqlens must be a torch.Tensor, got {type(cu_seqlens).__name__}")
+    if cu_seqlens.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"cu_seqlens must be an int32 or int64 tensor, got dtype {cu_seqlens.dtype}")
+    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
+        raise ValueError(f"cu_seqlens must be 1-D [N + 1] with N >= 1, got shape {tuple(cu_seqlens.shape)}")
+    if B != 1:
+        raise ValueError(f"with cu_seqlens the batch must be 1 (sequences packed along T), got B = {B}")
+    offsets = cu_seqlens.tolist()
+    if offsets[0] != 0 or offsets[-1] != T or any(a >= c for a, c in zip(offsets, offsets[1:])):
+        raise ValueError(f"cu_seqlens must start at 0, increase strictly and end at T = {T}, got {offsets}")
+    return cu_seqlens.to(device=device, dtype=torch.int32)
+
+
+def _chunk_indices(cu_seqlens, BT):
+    """Map a program id to (sequence, chunk): an int32 tensor [NT, 2] over all chunks of all sequences."""
+    offsets = cu_seqlens.tolist()
+    pairs = [(n, c) for n, (a, e) in enumerate(zip(offsets, offsets[1:])) for c in range(triton.cdiv(e - a, BT))]
+    return torch.tensor(pairs, dtype=torch.int32, device=cu_seqlens.device)
+
+
+def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None):
+    """Gated DeltaNet-2 forward by chunks of 64 tokens, in two Triton kernels (FLA's ``chunk_gdn2`` semantics).
+
+    q, k: [B, T, H, K]; v: [B, T, H, V]; g: [B, T, H, K] natural-log decay; b: [B, T, H, K] erase gate;
+    w: [B, T, H, V] write gate; scale: None for K ** -0.5. Without cu_seqlens, initial_state is [B, H, K, V]
+    or None. With cu_seqlens (int tensor [N + 1]: 0 = t_0 < t_1 < ... < t_N = T) B must be 1, the N
+    sequences q[:, t_n:t_{n+1}] run independently and the states are [N, H, K, V].
+    Accumulates in float32; returns (o [B, T, H, V] in v's dtype, final state float32 [B or N, H, K, V] or None).
+    """
+    dims = validate_inputs(q, k, v, g, b, w, scale, None if cu_seqlens is not None else initial_state)
+    B, T, H, K, V = dims.B, dims.T, dims.H, dims.K, dims.V
+    if K > 256 or V > 256:
+        raise ValueError(f"head dims must be at most 256 (one tile per head), got K = {K}, V = {V}")
+    if q.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(f"q must be on a CUDA device, got {q.device}; "
+                         "set TRITON_INTERPRET=1 before importing gdn2edu to run the kernels on the CPU")
+    if cu_seqlens is None:
+        cu = torch.arange(0, (B + 1) * T, T, dtype=torch.int32, device=q.device)
+    else:
+        cu = _check_cu_seqlens(cu_seqlens, B, T, q.device)
+        N = cu.numel() - 1
+        if initial_state is not None:
+            _check_tensor("initial_state", initial_state, 4, "[N, H, K, V]")
+            if initial_state.shape != (N, H, K, V) or initial_state.device != q.device:
+                raise ValueError(f"initial_state must have shape [N, H, K, V] = {(N, H, K, V)} on {q.device}, "
+                                 f"got {tuple(initial_state.shape)} on {initial_state.device}")
+    N = cu.numel() - 1
+    BT, BC = 64, 16
+    BK = max(16, triton.next_power_of_2(K))
+    BV = min(32, max(16, triton.next_power_of_2(V)))
+    DOT = "ieee" if q.dtype == torch.float32 else "tf32"      # fp32 in, fp32 math; else tensor cores
+    q, k, v, g, b, w = (x.contiguous() for x in (q, k, v, g, b, w))
+    chunks = _chunk_indices(cu, BT)
+    A = torch.empty(B, T, H, BT, dtype=torch.float32, device=q.device)
+    Aqk = torch.empty_like(A)
+    chunk_gdn2_fwd_intra_kernel[(chunks.shape[0], H)](
+        q, k, g, b, A, Aqk, cu, chunks, dims.scale, H=H, K=K, BT=BT, BC=BC, BK=min(BK, 64), DOT=DOT,
+        num_warps=4, num_stages=2)
+    o = torch.empty_like(v)
+    h0 = initial_state.to(torch.float32).contiguous() if initial_state is not None else None
+    ht = q.new_empty(N, H, K, V, dtype=torch.float32) if output_final_state else None
+    chunk_gdn2_fwd_scan_kernel[(triton.cdiv(V, BV), N * H)](
+        q, k, v, g, b, w, A, Aqk, o, h0, ht, cu, dims.scale, H=H, K=K, V=V, BT=BT, BK=BK, BV=BV,
+        USE_INITIAL_STATE=h0 is not None, STORE_FINAL_STATE=ht is not None, DOT=DOT,
+        num_warps=4 if BK <= 64 else 8, num_stages=2)
+    return o, ht
+
+
+def benchmark_chunk_gdn2(B, T, H=16, K=128, V=128, dtype=torch.bfloat16, seed=0):
+    """Median time in ms of one ``chunk_gdn2`` forward on the current CUDA GPU.
+
+    Inputs as in the FLA H200 baseline: q [B, T, H, K] standard normal, k L2-normalised per head,
+    v [B, T, H, V] standard normal (all in ``dtype``), g float32 logsigmoid(x) / 16, b and w uniform in
+    [0.1, 0.9] in ``dtype``; no initial state. Timed by ``triton.testing.do_bench(warmup=50, rep=300)``.
+    """
+    if not torch.cuda.is_available():
+        raise ValueError("benchmark_chunk_gdn2 needs a CUDA GPU; none is available")
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, device="cuda")
+
+    q = randn(B, T, H, K).to(dtype)
+    k = torch.nn.functional.normalize(randn(B, T, H, K), dim=-1).to(dtype)
+    v = randn(B, T, H, V).to(dtype)
+    g = torch.nn.functional.logsigmoid(randn(B, T, H, K)) / 16
+    b = (0.1 + 0.8 * torch.rand(B, T, H, K, generator=gen, device="cuda")).to(dtype)
+    w = (0.1 + 0.8 * torch.rand(B, T, H, V, generator=gen, device="cuda")).to(dtype)
+    return triton.testing.do_bench(lambda: chunk_gdn2(q, k, v, g, b, w), warmup=50, rep=300,
+                                   return_mode="median")

@@ -1,0 +1,95 @@
+"""chunk_gdn2 (Chapter 9) against the float64 token recurrence, in the Triton interpreter on the CPU.
+
+Tolerance: float32 inputs, float32 accumulation; each output is a few 64-token products and one 64-row
+triangular solve, whose rounding is a few 1e-7 relative. 1e-4 leaves a wide margin; any wrong mask, decay,
+block or offset gives errors of order 1.
+"""
+
+import pytest
+import torch
+from conftest import make_inputs
+
+from gdn2edu import chunk_gdn2, recurrent_gdn2
+
+TOL = 1e-4
+
+
+def rel(x, ref):
+    return ((x.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
+@pytest.mark.parametrize("T, K, V", [(1, 16, 16), (17, 32, 16), (64, 16, 32), (100, 64, 16), (130, 16, 64)])
+def test_matches_recurrence_with_tails_and_state(T, K, V):
+    x = make_inputs(2, T, 2, K, V, seed=T + K)
+    S0 = torch.randn(2, 2, K, V, dtype=torch.float64, generator=torch.Generator().manual_seed(T))
+    o_ref, S_ref = recurrent_gdn2(*x, initial_state=S0, output_final_state=True)
+    o, S = chunk_gdn2(*(t.float() for t in x), initial_state=S0.float(), output_final_state=True)
+    assert o.dtype == torch.float32 and S.dtype == torch.float32 and o.shape == o_ref.shape
+    assert torch.isfinite(o).all() and torch.isfinite(S).all()
+    assert rel(o, o_ref) < TOL and rel(S, S_ref) < TOL
+
+
+def test_no_state_and_custom_scale():
+    x = make_inputs(1, 70, 3, 32, 32, seed=5)
+    o_ref, _ = recurrent_gdn2(*x, scale=0.3)
+    o, S = chunk_gdn2(*(t.float() for t in x), scale=0.3)
+    assert S is None and rel(o, o_ref) < TOL
+
+
+def test_packed_sequences_strong_decay():
+    offsets = [0, 5, 70, 133]
+    q, k, v, g, b, w = make_inputs(1, offsets[-1], 2, 32, 16, seed=9)
+    g = -5.0 * torch.rand(g.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    S0 = torch.randn(3, 2, 32, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    x = (q, k, v, g, b, w)
+    o, S = chunk_gdn2(*(t.float() for t in x), initial_state=S0.float(), output_final_state=True,
+                      cu_seqlens=torch.tensor(offsets, dtype=torch.int64))
+    assert torch.isfinite(o).all() and torch.isfinite(S).all() and S.shape == (3, 2, 32, 16)
+    for i, (t0, t1) in enumerate(zip(offsets, offsets[1:])):
+        o_ref, S_ref = recurrent_gdn2(*(t[:, t0:t1] for t in x), initial_state=S0[i:i + 1],
+                                      output_final_state=True)
+        assert rel(o[:, t0:t1], o_ref) < TOL and rel(S[i:i + 1], S_ref) < TOL
+
+
+def test_fp16_inputs_output_dtype():
+    """fp16 inputs: o in fp16 (its rounding, 2^-11, sets the tolerance), state float32."""
+    x = make_inputs(1, 40, 1, 16, 16, seed=3)
+    x16 = tuple(t.half() for t in x)
+    o_ref, S_ref = recurrent_gdn2(*(t.double() for t in x16), output_final_state=True)
+    o, S = chunk_gdn2(*x16, output_final_state=True)
+    assert o.dtype == torch.float16 and S.dtype == torch.float32
+    assert rel(o, o_ref) < 2e-3 and rel(S, S_ref) < TOL
+
+
+def _inputs():
+    return [t.float() for t in make_inputs(1, 20, 1, 16, 16)]
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(cu_seqlens=torch.tensor([0.0, 20.0])), "int32 or int64"),
+    (dict(cu_seqlens=torch.tensor([[0, 20]])), "1-D"),
+    (dict(cu_seqlens=torch.tensor([1, 20])), "start at 0"),
+    (dict(cu_seqlens=torch.tensor([0, 12, 12, 20])), "increase strictly"),
+    (dict(cu_seqlens=torch.tensor([0, 19])), "end at T"),
+    (dict(cu_seqlens=torch.tensor([0, 7, 20]), initial_state=torch.randn(1, 1, 16, 16)), r"\[N, H, K, V\]"),
+    (dict(initial_state=torch.randn(2, 1, 16, 16)), "initial_state"),
+    (dict(scale=-1.0), "scale"),
+])
+def test_bad_input_is_named(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        chunk_gdn2(*_inputs(), **kwargs)
+
+
+def test_batch_with_cu_seqlens_and_large_head_dim():
+    x = _inputs()
+    with pytest.raises(ValueError, match="batch must be 1"):
+        chunk_gdn2(*(torch.cat([t, t]) for t in x), cu_seqlens=torch.tensor([0, 20]))
+    q, k, v, g, b, w = (torch.randn(1, 2, 1, 300) for _ in range(6))
+    with pytest.raises(ValueError, match="at most 256"):
+        chunk_gdn2(q, k, v, g, b, w)
+
+
+def test_cpu_tensors_need_the_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
+        chunk_gdn2(*_inputs())
