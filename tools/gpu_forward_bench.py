@@ -92,9 +92,15 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
     parser.add_argument("--commit", default="unknown", help="git commit of the code being measured")
     parser.add_argument("--budget", type=float, default=420.0, help="seconds after which no new step starts")
+    parser.add_argument("--parts", default="checks,forward,decode",
+                        help="comma-separated subset of checks,forward,decode")
+    parser.add_argument("--no-fla", action="store_true", help="time ours only (skips FLA's compile)")
     args = parser.parse_args(argv)
     start = time.monotonic()
+    parts = set(args.parts.split(","))
     try:
+        if args.no_fla:
+            raise ImportError("--no-fla")
         from fla.ops.gdn2 import chunk_gdn2 as fla_chunk, fused_recurrent_gdn2 as fla_recurrent
     except ImportError:
         fla_chunk = fla_recurrent = None
@@ -111,13 +117,13 @@ def main(argv=None):
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2) + "\n")
 
-    for B, T, H in CHECK_SHAPES:
+    for B, T, H in CHECK_SHAPES if "checks" in parts else []:
         for dtype in (torch.bfloat16, torch.float32):
             if not out_of_time(f"check {B},{T},{H} {dtype}"):
                 result["checks"].append(check(B, T, H, dtype))
                 print("check", result["checks"][-1], flush=True)
                 save()
-    for B, T, H in FORWARD_SHAPES:
+    for B, T, H in FORWARD_SHAPES if "forward" in parts else []:
         if out_of_time(f"forward {B},{T},{H}"):
             continue
         q, k, v, g, b, w = realistic_inputs(B, T, H, torch.bfloat16)
@@ -131,7 +137,7 @@ def main(argv=None):
         result["forward"].append(row)
         print("forward", row, flush=True)
         save()
-    for batch in DECODE_BATCHES:
+    for batch in DECODE_BATCHES if "decode" in parts else []:
         if out_of_time(f"decode {batch}"):
             continue
         q, k, v, g, b, w = realistic_inputs(batch, 1, 16, torch.bfloat16, seed=2)
