@@ -7,6 +7,7 @@ from gdn2edu.inputs import GDN2Dims, validate_inputs, compute_dtype
 from gdn2edu.recurrence import gdn2_token_update, recurrent_gdn2, recurrent_gdn2_step
 from gdn2edu.family import family_gates
 from gdn2edu.chunk_system import ChunkFactors, chunk_factors, solve_chunk
+from gdn2edu.chunk import decay_ratios, WYFactors, wy_factors, chunk_gdn2_torch
 
 __all__ = [
     "GDN2Dims",
@@ -19,4 +20,8 @@ __all__ = [
     "ChunkFactors",
     "chunk_factors",
     "solve_chunk",
+    "decay_ratios",
+    "WYFactors",
+    "wy_factors",
+    "chunk_gdn2_torch",
 ]
