@@ -8,6 +8,7 @@ from gdn2edu.recurrence import gdn2_token_update, recurrent_gdn2, recurrent_gdn2
 from gdn2edu.family import family_gates
 from gdn2edu.chunk_system import ChunkFactors, chunk_factors, solve_chunk
 from gdn2edu.chunk import decay_ratios, WYFactors, wy_factors, chunk_gdn2_torch
+from gdn2edu.inverse import forward_substitution, block_inverse
 
 __all__ = [
     "GDN2Dims",
@@ -24,4 +25,6 @@ __all__ = [
     "WYFactors",
     "wy_factors",
     "chunk_gdn2_torch",
+    "forward_substitution",
+    "block_inverse",
 ]
