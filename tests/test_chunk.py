@@ -92,4 +92,4 @@ def test_bad_inputs_are_named():
     with pytest.raises(ValueError, match="^w "):
         chunk_gdn2_torch(q, k, v, g, b, b)
     with pytest.raises(ValueError, match="initial_state"):
-        chunk_gdn2_torch(q, k, v, g, b, w, initial_state=torch.zeros(1, 1, 4, 5, dtype=torch.float64))
+        chunk_gdn2_torch(q, k, v, g, b, w, initial_state=torch.zeros(1, 1, 5, 4, dtype=torch.float64))
