@@ -6,6 +6,7 @@
 from gdn2edu.inputs import GDN2Dims, validate_inputs, compute_dtype
 from gdn2edu.recurrence import gdn2_token_update, recurrent_gdn2, recurrent_gdn2_step
 from gdn2edu.family import family_gates
+from gdn2edu.fused_recurrent import fused_recurrent_gdn2, fused_recurrent_gdn2_step
 
 __all__ = [
     "GDN2Dims",
@@ -15,4 +16,6 @@ __all__ = [
     "recurrent_gdn2",
     "recurrent_gdn2_step",
     "family_gates",
+    "fused_recurrent_gdn2",
+    "fused_recurrent_gdn2_step",
 ]
