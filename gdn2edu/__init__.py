@@ -6,8 +6,12 @@
 from gdn2edu.inputs import GDN2Dims, validate_inputs, compute_dtype
 from gdn2edu.recurrence import gdn2_token_update, recurrent_gdn2, recurrent_gdn2_step
 from gdn2edu.family import family_gates
+from gdn2edu.chunk_system import ChunkFactors, chunk_factors, solve_chunk
+from gdn2edu.chunk import decay_ratios, WYFactors, wy_factors, chunk_gdn2_torch
+from gdn2edu.inverse import forward_substitution, block_inverse
 from gdn2edu.wy_backward import strict_lower, wy_chunk_backward, wy_backward_products, flops_wy_backward
 from gdn2edu.rewy import rewy_chunk_backward, rewy_backward_products, flops_rewy_backward
+from gdn2edu.fused_recurrent import fused_recurrent_gdn2, fused_recurrent_gdn2_step
 from gdn2edu.chunk_kernels import chunk_gdn2_fwd_intra_kernel, chunk_gdn2_fwd_scan_kernel, chunk_gdn2, benchmark_chunk_gdn2
 
 __all__ = [
@@ -18,6 +22,15 @@ __all__ = [
     "recurrent_gdn2",
     "recurrent_gdn2_step",
     "family_gates",
+    "ChunkFactors",
+    "chunk_factors",
+    "solve_chunk",
+    "decay_ratios",
+    "WYFactors",
+    "wy_factors",
+    "chunk_gdn2_torch",
+    "forward_substitution",
+    "block_inverse",
     "strict_lower",
     "wy_chunk_backward",
     "wy_backward_products",
@@ -25,6 +38,8 @@ __all__ = [
     "rewy_chunk_backward",
     "rewy_backward_products",
     "flops_rewy_backward",
+    "fused_recurrent_gdn2",
+    "fused_recurrent_gdn2_step",
     "chunk_gdn2_fwd_intra_kernel",
     "chunk_gdn2_fwd_scan_kernel",
     "chunk_gdn2",

@@ -1,0 +1,119 @@
+# Generated from chapters/08_triton_recurrence.md by tools/tangle.py.
+# Edit the chapter, not this file: `python tools/tangle.py` rewrites it.
+
+"""GDN2's token recurrence as one fused Triton kernel: the state stays on chip from the first token to the last."""
+
+import contextlib
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")   # must precede the first `import triton`
+
+import triton
+import triton.language as tl
+
+from gdn2edu.inputs import validate_inputs
+
+# Triton reads the switch when a kernel is defined; this is its reading of the variable's value
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+_MAX_HEAD_DIM = 256
+_INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+@triton.jit(do_not_specialize=["T"])
+def _fused_recurrent_gdn2_fwd_kernel(q, k, v, g, b, w, o, h0, ht, scale, T,
+                                     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                                     BK: tl.constexpr, BV: tl.constexpr,
+                                     USE_INITIAL_STATE: tl.constexpr, STORE_FINAL_STATE: tl.constexpr):
+    i_v, i_bh = tl.program_id(0), tl.program_id(1)     # which value block, which (batch, head)
+    i_b, i_h = i_bh // H, i_bh % H
+    o_k = tl.arange(0, BK)                               # key lanes 0..BK-1
+    o_v = i_v * BV + tl.arange(0, BV)                    # this program's value lanes
+    m_k, m_v = o_k < K, o_v < V
+    m_h = m_k[:, None] & m_v[None, :]
+
+    # token 0 of sequence i_b, head i_h, in the contiguous [B, T, H, D] layout (int64: no overflow)
+    row = i_b.to(tl.int64) * T * H + i_h
+    p_q, p_k, p_g, p_b = q + row * K + o_k, k + row * K + o_k, g + row * K + o_k, b + row * K + o_k
+    p_v, p_w, p_o = v + row * V + o_v, w + row * V + o_v, o + row * V + o_v
+    p_h = i_bh.to(tl.int64) * K * V + o_k[:, None] * V + o_v[None, :]   # offsets of the state tile
+
+    b_h = tl.zeros([BK, BV], dtype=tl.float32)           # S[:, J] lives in registers, in float32
+    if USE_INITIAL_STATE:
+        b_h += tl.load(h0 + p_h, mask=m_h, other=0).to(tl.float32)
+    for _ in range(0, T):
+        b_q = tl.load(p_q, mask=m_k, other=0).to(tl.float32) * scale
+        b_k = tl.load(p_k, mask=m_k, other=0).to(tl.float32)
+        b_g = tl.load(p_g, mask=m_k, other=0).to(tl.float32)
+        b_b = tl.load(p_b, mask=m_k, other=0).to(tl.float32)
+        b_v = tl.load(p_v, mask=m_v, other=0).to(tl.float32)
+        b_w = tl.load(p_w, mask=m_v, other=0).to(tl.float32)
+        b_h *= tl.exp(b_g)[:, None]                      # S <- Diag(exp g) S
+        b_r = tl.sum(b_h * (b_b * b_k)[:, None], axis=0)  # r = S^T (b * k)
+        b_h += b_k[:, None] * (b_w * b_v - b_r)[None, :]  # S <- S + k (w * v - r)^T
+        b_o = tl.sum(b_h * b_q[:, None], axis=0)          # o = S^T (scale * q)
+        tl.store(p_o, b_o.to(p_o.dtype.element_ty), mask=m_v)
+        p_q, p_k, p_g, p_b = p_q + H * K, p_k + H * K, p_g + H * K, p_b + H * K   # next token
+        p_v, p_w, p_o = p_v + H * V, p_w + H * V, p_o + H * V
+    if STORE_FINAL_STATE:
+        tl.store(ht + p_h, b_h, mask=m_h)
+
+
+def _tiles(K, V):
+    """Tile sizes (BK, BV): all K in one tile, V split so that a BK x BV float32 tile has <= 2048 entries."""
+    BK = triton.next_power_of_2(K)
+    return BK, min(triton.next_power_of_2(V), max(8, 2048 // BK))
+
+
+def fused_recurrent_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_state=False):
+    """Gated DeltaNet-2 by its token recurrence in one Triton kernel, the state held in registers.
+
+    q, k: [B, T, H, K] queries and keys; v: [B, T, H, V] values;
+    g: [B, T, H, K] natural-log decay; b: [B, T, H, K] erase gate; w: [B, T, H, V] write gate;
+    scale: query scale, None for K ** -0.5; initial_state: [B, H, K, V] or None (zeros).
+    Inputs in bfloat16, float16 or float32 (may be mixed), K and V at most 256, CUDA tensors (or any
+    device with TRITON_INTERPRET=1, the interpreter). Computes in float32.
+    Returns (o [B, T, H, V] in v's dtype, final state [B, H, K, V] in float32 or None).
+    """
+    dims = validate_inputs(q, k, v, g, b, w, scale, initial_state)
+    named = dict(q=q, k=k, v=v, g=g, b=b, w=w, initial_state=initial_state)
+    for name, x in named.items():
+        if x is not None and x.dtype not in _INPUT_DTYPES:
+            raise ValueError(f"{name} must be bfloat16, float16 or float32 (the kernel computes in float32), "
+                             f"got {x.dtype}; recurrent_gdn2 is the float64 oracle")
+    for name, size in (("k", dims.K), ("v", dims.V)):
+        if size > _MAX_HEAD_DIM:
+            raise ValueError(f"{name} has head dim {size}, fused_recurrent_gdn2 supports at most {_MAX_HEAD_DIM} "
+                             "(its state tiles live in registers)")
+    if q.device.type != "cuda" and not _INTERPRET:
+        raise ValueError(f"q must be a CUDA tensor for the compiled kernel, got device {q.device}; "
+                         "TRITON_INTERPRET=1 (set before importing triton) runs it on the CPU")
+    q, k, v, g, b, w = (x.contiguous() for x in (q, k, v, g, b, w))
+    o = torch.empty_like(v)
+    h0 = initial_state.contiguous() if initial_state is not None else None
+    ht = q.new_empty(dims.B, dims.H, dims.K, dims.V, dtype=torch.float32) if output_final_state else None
+    BK, BV = _tiles(dims.K, dims.V)
+    grid = (triton.cdiv(dims.V, BV), dims.B * dims.H)
+    with torch.cuda.device(q.device) if q.is_cuda else contextlib.nullcontext():
+        _fused_recurrent_gdn2_fwd_kernel[grid](
+            q, k, v, g, b, w, o, h0, ht, dims.scale, dims.T, H=dims.H, K=dims.K, V=dims.V, BK=BK, BV=BV,
+            USE_INITIAL_STATE=h0 is not None, STORE_FINAL_STATE=ht is not None, num_warps=1)
+    return o, ht
+
+
+def fused_recurrent_gdn2_step(q, k, v, g, b, w, state=None, scale=None):
+    """One decoding step with the fused kernel: ``fused_recurrent_gdn2`` with T = 1 and a cached state.
+
+    q, k, g, b: [B, H, K]; v, w: [B, H, V]; state: [B, H, K, V] or None (zeros).
+    Returns (o [B, H, V] in v's dtype, new state [B, H, K, V] in float32); ``state`` is left unchanged.
+    """
+    named = dict(q=q, k=k, v=v, g=g, b=b, w=w)
+    for name, x in named.items():
+        if not isinstance(x, torch.Tensor) or x.dim() != 3:
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"{name} must be a 3-dim tensor [B, H, D] for one decoding step, got {shape}")
+    o, new_state = fused_recurrent_gdn2(*(x.unsqueeze(1) for x in named.values()), scale=scale,
+                                        initial_state=state, output_final_state=True)
+    return o[:, 0], new_state
