@@ -221,6 +221,11 @@ def _chunk_indices(cu_seqlens, BT):
     return torch.tensor(pairs, dtype=torch.int32, device=cu_seqlens.device)
 
 
+# Tiles of the scan kernel for K > 64: value-block width, warps and pipeline stages. Chosen by measurement
+# on an H200 (tools/gpu_tune_scan.py); a module-level table so that a tuning run can try others.
+SCAN_TILES = {"BV": 32, "num_warps": 8, "num_stages": 2}
+
+
 def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None):
     """Gated DeltaNet-2 forward by chunks of 64 tokens, in two Triton kernels (FLA's ``chunk_gdn2`` semantics).
 
@@ -250,7 +255,7 @@ def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_st
     N = cu.numel() - 1
     BT, BC = 64, 16
     BK = max(16, triton.next_power_of_2(K))
-    BV = min(32, max(16, triton.next_power_of_2(V)))
+    BV = min(SCAN_TILES["BV"], max(16, triton.next_power_of_2(V)))
     DOT = "ieee" if q.dtype == torch.float32 else "tf32"      # fp32 in, fp32 math; else tensor cores
     q, k, v, g, b, w = (x.contiguous() for x in (q, k, v, g, b, w))
     chunks = _chunk_indices(cu, BT)
@@ -265,7 +270,8 @@ def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_st
     chunk_gdn2_fwd_scan_kernel[(triton.cdiv(V, BV), N * H)](
         q, k, v, g, b, w, A, Aqk, o, h0, ht, cu, dims.scale, H=H, K=K, V=V, BT=BT, BK=BK, BV=BV,
         USE_INITIAL_STATE=h0 is not None, STORE_FINAL_STATE=ht is not None, DOT=DOT,
-        num_warps=4 if BK <= 64 else 8, num_stages=2)
+        num_warps=SCAN_TILES["num_warps"] if BK > 64 else 4,
+        num_stages=SCAN_TILES["num_stages"] if DOT == "tf32" else 1)   # ieee fp32 tiles need the shared memory
     return o, ht
 
 

@@ -1,0 +1,58 @@
+"""Try tile settings of chunk_gdn2's scan kernel on a GPU: check each against float64, then time it.
+
+    python tools/gpu_tune_scan.py --budget 400
+Prints one line per (setting, shape): relative L2 error of o and the median forward time in ms.
+"""
+
+import argparse
+import itertools
+import sys
+import time
+
+import torch
+import triton.testing
+
+import gdn2edu
+from gdn2edu import chunk_kernels
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from gpu_forward_bench import realistic_inputs, rel_l2  # noqa: E402
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget", type=float, default=400.0)
+    parser.add_argument("--bv", default="16,32,64")
+    parser.add_argument("--warps", default="4,8")
+    parser.add_argument("--stages", default="1,2")
+    args = parser.parse_args(argv)
+    start = time.monotonic()
+    shapes = [(1, 8192, 16), (4, 2048, 16)]
+    cases = {}
+    for B, T, H in shapes:
+        inputs = realistic_inputs(B, T, H, torch.bfloat16, seed=1)
+        ref, _ = gdn2edu.recurrent_gdn2(*(x.double() for x in inputs))
+        cases[(B, T, H)] = (inputs, ref)
+    default = dict(chunk_kernels.SCAN_TILES)
+    grid = itertools.product(*(map(int, s.split(",")) for s in (args.bv, args.warps, args.stages)))
+    for bv, warps, stages in grid:
+        if time.monotonic() - start > args.budget:
+            print("budget spent, stopping")
+            break
+        chunk_kernels.SCAN_TILES.update(BV=bv, num_warps=warps, num_stages=stages)
+        for shape, (inputs, ref) in cases.items():
+            try:
+                o, _ = gdn2edu.chunk_gdn2(*inputs)
+                ms = triton.testing.do_bench(lambda: gdn2edu.chunk_gdn2(*inputs), warmup=25, rep=100,
+                                             return_mode="median")
+                print(f"BV={bv:3d} warps={warps} stages={stages} {shape}: err {rel_l2(o, ref):.2e} "
+                      f"time {ms:.3f} ms", flush=True)
+            except Exception as err:          # out of resources: report and go on
+                print(f"BV={bv:3d} warps={warps} stages={stages} {shape}: {type(err).__name__}: {err}",
+                      flush=True)
+    chunk_kernels.SCAN_TILES.update(default)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
