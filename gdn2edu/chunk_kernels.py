@@ -158,7 +158,41 @@ def chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, cu_seqlens, chunk_indices, s
 
 
 @triton.jit
-def chunk_gdn2_fwd_scan_kernel(q, k, v, g, b, w, A, Aqk, o, h0, ht, cu_seqlens, scale,
+def chunk_gdn2_fwd_wy_kernel(q, k, v, g, b, w, A, AE, AZ, KG, QG, GN, cu_seqlens, chunk_indices, scale,
+                             H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                             BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr):
+    """One (chunk, head): AE, AZ, kg = K * gamma_n / gamma, Q_g = scale * Q * gamma ([T, H, *] rows) and
+    gamma_n ([chunks, H, K]), from A ([T, H, BT] rows) and the inputs."""
+    i_t, i_h = tl.program_id(0), tl.program_id(1)
+    i_n, i_c = tl.load(chunk_indices + 2 * i_t), tl.load(chunk_indices + 2 * i_t + 1)
+    bos, eos = tl.load(cu_seqlens + i_n), tl.load(cu_seqlens + i_n + 1)
+    T = eos - bos
+    t0 = i_c * BT
+    o_t = tl.arange(0, BT)
+    b_A = tl.where(o_t[:, None] >= o_t[None, :], _load(A + (bos * H + i_h) * BT, t0, 0, T, BT, H * BT, BT, BT), 0.0)
+    p_qk, p_vw = (bos * H + i_h) * K, (bos * H + i_h) * V
+    for i_k in range(tl.cdiv(K, BK)):       # the decay is per key channel: key blocks are independent
+        # base-2 G from the chunk's start; rows past T load g = 0, so the last row is G at the chunk's end
+        b_G = tl.cumsum(_load(g + p_qk, t0, i_k * BK, T, K, H * K, BT, BK) * 1.4426950408889634, axis=0)
+        b_Gn = tl.sum(tl.where(o_t[:, None] == BT - 1, b_G, 0.0), axis=0)
+        b_k = _load(k + p_qk, t0, i_k * BK, T, K, H * K, BT, BK)
+        b_E = _load(b + p_qk, t0, i_k * BK, T, K, H * K, BT, BK) * b_k * tl.exp2(b_G)
+        p_x, m_x = _tile(AE + p_qk, t0, i_k * BK, T, K, H * K, BT, BK)
+        tl.store(p_x, tl.dot(b_A, b_E, input_precision=DOT), mask=m_x)
+        p_x, m_x = _tile(KG + p_qk, t0, i_k * BK, T, K, H * K, BT, BK)
+        tl.store(p_x, b_k * tl.exp2(b_Gn[None, :] - b_G), mask=m_x)
+        p_x, m_x = _tile(QG + p_qk, t0, i_k * BK, T, K, H * K, BT, BK)
+        tl.store(p_x, _load(q + p_qk, t0, i_k * BK, T, K, H * K, BT, BK) * (scale * tl.exp2(b_G)), mask=m_x)
+        o_k = i_k * BK + tl.arange(0, BK)
+        tl.store(GN + (i_t * H + i_h) * K + o_k, tl.exp2(b_Gn), mask=o_k < K)
+    for i_v in range(tl.cdiv(V, BV)):
+        b_Z = _load(v + p_vw, t0, i_v * BV, T, V, H * V, BT, BV) * _load(w + p_vw, t0, i_v * BV, T, V, H * V, BT, BV)
+        p_x, m_x = _tile(AZ + p_vw, t0, i_v * BV, T, V, H * V, BT, BV)
+        tl.store(p_x, tl.dot(b_A, b_Z, input_precision=DOT), mask=m_x)
+
+
+@triton.jit
+def chunk_gdn2_fwd_scan_kernel(AE, AZ, KG, QG, GN, Aqk, o, h0, ht, cu_seqlens, chunk_offsets,
                                H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                                BK: tl.constexpr, BV: tl.constexpr, USE_INITIAL_STATE: tl.constexpr,
                                STORE_FINAL_STATE: tl.constexpr, DOT: tl.constexpr):
@@ -166,8 +200,10 @@ def chunk_gdn2_fwd_scan_kernel(q, k, v, g, b, w, A, Aqk, o, h0, ht, cu_seqlens, 
     i_v, i_nh = tl.program_id(0), tl.program_id(1)
     i_n, i_h = i_nh // H, i_nh % H
     bos, eos = tl.load(cu_seqlens + i_n), tl.load(cu_seqlens + i_n + 1)
+    c0 = tl.load(chunk_offsets + i_n)
     T = eos - bos
     o_t = tl.arange(0, BT)
+    o_k = tl.arange(0, BK)
     m_incl = o_t[:, None] >= o_t[None, :]
     b_S = tl.zeros([BK, BV], dtype=tl.float32)
     if USE_INITIAL_STATE:
@@ -175,24 +211,19 @@ def chunk_gdn2_fwd_scan_kernel(q, k, v, g, b, w, A, Aqk, o, h0, ht, cu_seqlens, 
     p_qk, p_vw, p_a = (bos * H + i_h) * K, (bos * H + i_h) * V, (bos * H + i_h) * BT   # row 0 of the sequence
     for i_t in range(tl.cdiv(T, BT)):
         t0 = i_t * BT
-        # decay inside the chunk, base 2; rows past T load g = 0, so b_G's last row is G at the chunk's end
-        b_G = tl.cumsum(_load(g + p_qk, t0, 0, T, K, H * K, BT, BK) * 1.4426950408889634, axis=0)
-        b_Gn = tl.sum(tl.where(o_t[:, None] == BT - 1, b_G, 0.0), axis=0)              # [BK]
-        b_k = _load(k + p_qk, t0, 0, T, K, H * K, BT, BK)
-        # R = A (Z - E S): the corrections against the state entering the chunk
-        b_E = _load(b + p_qk, t0, 0, T, K, H * K, BT, BK) * b_k * tl.exp2(b_G)
-        b_Z = _load(v + p_vw, t0, i_v * BV, T, V, H * V, BT, BV) * _load(w + p_vw, t0, i_v * BV, T, V, H * V, BT, BV)
-        b_A = tl.where(m_incl, _load(A + p_a, t0, 0, T, BT, H * BT, BT, BT), 0.0)
-        b_R = tl.dot(b_A, b_Z - tl.dot(b_E, b_S, input_precision=DOT), input_precision=DOT)
+        # R = AZ - (AE) S: the corrections against the state entering the chunk
+        b_R = _load(AZ + p_vw, t0, i_v * BV, T, V, H * V, BT, BV) \
+            - tl.dot(_load(AE + p_qk, t0, 0, T, K, H * K, BT, BK), b_S, input_precision=DOT)
         # O = Q_g S + Aqk R (the scale sits in Q_g and in Aqk)
-        b_Qg = _load(q + p_qk, t0, 0, T, K, H * K, BT, BK) * (scale * tl.exp2(b_G))
         b_Aqk = tl.where(m_incl, _load(Aqk + p_a, t0, 0, T, BT, H * BT, BT, BT), 0.0)
-        b_O = tl.dot(b_Qg, b_S, input_precision=DOT) + tl.dot(b_Aqk, b_R, input_precision=DOT)
+        b_O = tl.dot(_load(QG + p_qk, t0, 0, T, K, H * K, BT, BK), b_S, input_precision=DOT) \
+            + tl.dot(b_Aqk, b_R, input_precision=DOT)
         p_o, m_o = _tile(o + p_vw, t0, i_v * BV, T, V, H * V, BT, BV)
         tl.store(p_o, b_O.to(p_o.dtype.element_ty), mask=m_o)
-        # S <- Diag(gamma_n) S + kg^T R, with kg = K * gamma_n / gamma (every exponent <= 0)
-        b_kg = b_k * tl.exp2(b_Gn[None, :] - b_G)
-        b_S = b_S * tl.exp2(b_Gn)[:, None] + tl.dot(tl.trans(b_kg), b_R, input_precision=DOT)
+        # S <- Diag(gamma_n) S + kg^T R
+        b_gn = tl.load(GN + ((c0 + i_t) * H + i_h) * K + o_k, mask=o_k < K, other=0.0)
+        b_kg = _load(KG + p_qk, t0, 0, T, K, H * K, BT, BK)
+        b_S = b_S * b_gn[:, None] + tl.dot(tl.trans(b_kg), b_R, input_precision=DOT)
     if STORE_FINAL_STATE:
         p_ht, m_ht = _tile(ht + i_nh * K * V, 0, i_v * BV, K, V, V, BK, BV)
         tl.store(p_ht, b_S, mask=m_ht)
@@ -259,16 +290,25 @@ def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_st
     DOT = "ieee" if q.dtype == torch.float32 else "tf32"      # fp32 in, fp32 math; else tensor cores
     q, k, v, g, b, w = (x.contiguous() for x in (q, k, v, g, b, w))
     chunks = _chunk_indices(cu, BT)
+    lengths = cu[1:] - cu[:-1]
+    chunk_offsets = torch.cat([cu.new_zeros(1), torch.cumsum((lengths + BT - 1) // BT, 0)]).to(torch.int32)
     A = torch.empty(B, T, H, BT, dtype=torch.float32, device=q.device)
     Aqk = torch.empty_like(A)
     chunk_gdn2_fwd_intra_kernel[(chunks.shape[0], H)](
         q, k, g, b, A, Aqk, cu, chunks, dims.scale, H=H, K=K, BT=BT, BC=BC, BK=min(BK, 64), DOT=DOT,
         num_warps=4, num_stages=2)
+    f32 = dict(dtype=torch.float32, device=q.device)
+    AE, KG, QG = (torch.empty(B, T, H, K, **f32) for _ in range(3))
+    AZ = torch.empty(B, T, H, V, **f32)
+    GN = torch.empty(chunks.shape[0], H, K, **f32)
+    chunk_gdn2_fwd_wy_kernel[(chunks.shape[0], H)](
+        q, k, v, g, b, w, A, AE, AZ, KG, QG, GN, cu, chunks, dims.scale, H=H, K=K, V=V, BT=BT,
+        BK=min(BK, 64), BV=min(64, max(16, triton.next_power_of_2(V))), DOT=DOT, num_warps=4, num_stages=2)
     o = torch.empty_like(v)
     h0 = initial_state.to(torch.float32).contiguous() if initial_state is not None else None
     ht = q.new_empty(N, H, K, V, dtype=torch.float32) if output_final_state else None
     chunk_gdn2_fwd_scan_kernel[(triton.cdiv(V, BV), N * H)](
-        q, k, v, g, b, w, A, Aqk, o, h0, ht, cu, dims.scale, H=H, K=K, V=V, BT=BT, BK=BK, BV=BV,
+        AE, AZ, KG, QG, GN, Aqk, o, h0, ht, cu, chunk_offsets, H=H, K=K, V=V, BT=BT, BK=BK, BV=BV,
         USE_INITIAL_STATE=h0 is not None, STORE_FINAL_STATE=ht is not None, DOT=DOT,
         num_warps=SCAN_TILES["num_warps"] if BK > 64 else 4,
         num_stages=SCAN_TILES["num_stages"] if DOT == "tf32" else 1)   # ieee fp32 tiles need the shared memory

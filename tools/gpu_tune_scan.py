@@ -22,9 +22,9 @@ from gpu_forward_bench import realistic_inputs, rel_l2  # noqa: E402
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=float, default=400.0)
-    parser.add_argument("--bv", default="16,32,64")
+    parser.add_argument("--bv", default="32,64")
     parser.add_argument("--warps", default="4,8")
-    parser.add_argument("--stages", default="1,2")
+    parser.add_argument("--stages", default="2,3")
     args = parser.parse_args(argv)
     start = time.monotonic()
     shapes = [(1, 8192, 16), (4, 2048, 16)]
@@ -51,7 +51,26 @@ def main(argv=None):
                 print(f"BV={bv:3d} warps={warps} stages={stages} {shape}: {type(err).__name__}: {err}",
                       flush=True)
     chunk_kernels.SCAN_TILES.update(default)
+    for shape, (inputs, _) in cases.items():
+        print(f"per-kernel time at {shape}, default tiles {default}:")
+        for name, ms in kernel_times(lambda: gdn2edu.chunk_gdn2(*inputs)).items():
+            print(f"  {name:40s} {ms:.3f} ms")
     return 0
+
+
+def kernel_times(fn, repeats=20):
+    """{kernel name: mean device time in ms per call}, from the torch profiler."""
+    fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(repeats):
+            fn()
+        torch.cuda.synchronize()
+    totals = {}
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            totals[event.name] = totals.get(event.name, 0.0) + event.device_time / 1e3 / repeats
+    return dict(sorted(totals.items(), key=lambda item: -item[1]))
 
 
 if __name__ == "__main__":
