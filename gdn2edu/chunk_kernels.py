@@ -3,6 +3,7 @@
 
 """The chunked GDN2 forward in Triton: an intra-chunk kernel, parallel over chunks, and a fused state scan."""
 
+import functools
 import os
 
 import torch
@@ -192,45 +193,71 @@ def chunk_gdn2_fwd_wy_kernel(q, k, v, g, b, w, A, AE, AZ, KG, QG, GN, cu_seqlens
 
 
 @triton.jit
-def chunk_gdn2_fwd_scan_kernel(AE, AZ, KG, QG, GN, Aqk, o, h0, ht, cu_seqlens, chunk_offsets,
+def _load_tile(base, row0, col0, n_rows, n_cols, stride, BR: tl.constexpr, BCOL: tl.constexpr):
+    """The tile in its stored dtype, zero outside the view."""
+    p_x, m_x = _tile(base, row0, col0, n_rows, n_cols, stride, BR, BCOL)
+    return tl.load(p_x, mask=m_x, other=0.0)
+
+
+@triton.jit
+def chunk_gdn2_fwd_scan_kernel(AE, AZ, KG, GN, h, R, h0, ht, cu_seqlens, chunk_offsets,
                                H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                                BK: tl.constexpr, BV: tl.constexpr, USE_INITIAL_STATE: tl.constexpr,
                                STORE_FINAL_STATE: tl.constexpr, DOT: tl.constexpr):
-    """One (sequence, head, value block): the state scan over chunks, with the outputs fused in."""
+    """One (sequence, head, value block): S <- Diag(gamma_n) S + kg^T (AZ - (AE) S) over the chunks,
+    writing each chunk's entering state h [chunks, H, K, V] and corrections R [T, H, V]."""
     i_v, i_nh = tl.program_id(0), tl.program_id(1)
     i_n, i_h = i_nh // H, i_nh % H
     bos, eos = tl.load(cu_seqlens + i_n), tl.load(cu_seqlens + i_n + 1)
     c0 = tl.load(chunk_offsets + i_n)
     T = eos - bos
-    o_t = tl.arange(0, BT)
     o_k = tl.arange(0, BK)
-    m_incl = o_t[:, None] >= o_t[None, :]
     b_S = tl.zeros([BK, BV], dtype=tl.float32)
     if USE_INITIAL_STATE:
         b_S = _load(h0 + i_nh * K * V, 0, i_v * BV, K, V, V, BK, BV)
-    p_qk, p_vw, p_a = (bos * H + i_h) * K, (bos * H + i_h) * V, (bos * H + i_h) * BT   # row 0 of the sequence
+    p_qk, p_vw = (bos * H + i_h) * K, (bos * H + i_h) * V          # row 0 of the sequence
     for i_t in range(tl.cdiv(T, BT)):
         t0 = i_t * BT
+        p_h, m_h = _tile(h + ((c0 + i_t) * H + i_h) * K * V, 0, i_v * BV, K, V, V, BK, BV)
+        tl.store(p_h, b_S.to(p_h.dtype.element_ty), mask=m_h)
         # R = AZ - (AE) S: the corrections against the state entering the chunk
+        b_AE = _load_tile(AE + p_qk, t0, 0, T, K, H * K, BT, BK)
         b_R = _load(AZ + p_vw, t0, i_v * BV, T, V, H * V, BT, BV) \
-            - tl.dot(_load(AE + p_qk, t0, 0, T, K, H * K, BT, BK), b_S, input_precision=DOT)
-        # O = Q_g S + Aqk R (the scale sits in Q_g and in Aqk)
-        b_Aqk = tl.where(m_incl, _load(Aqk + p_a, t0, 0, T, BT, H * BT, BT, BT), 0.0)
-        b_O = tl.dot(_load(QG + p_qk, t0, 0, T, K, H * K, BT, BK), b_S, input_precision=DOT) \
-            + tl.dot(b_Aqk, b_R, input_precision=DOT)
-        p_o, m_o = _tile(o + p_vw, t0, i_v * BV, T, V, H * V, BT, BV)
-        tl.store(p_o, b_O.to(p_o.dtype.element_ty), mask=m_o)
+            - tl.dot(b_AE, b_S.to(b_AE.dtype), input_precision=DOT)
+        p_r, m_r = _tile(R + p_vw, t0, i_v * BV, T, V, H * V, BT, BV)
+        tl.store(p_r, b_R.to(p_r.dtype.element_ty), mask=m_r)
         # S <- Diag(gamma_n) S + kg^T R
         b_gn = tl.load(GN + ((c0 + i_t) * H + i_h) * K + o_k, mask=o_k < K, other=0.0)
-        b_kg = _load(KG + p_qk, t0, 0, T, K, H * K, BT, BK)
-        b_S = b_S * b_gn[:, None] + tl.dot(tl.trans(b_kg), b_R, input_precision=DOT)
+        b_kg = _load_tile(KG + p_qk, t0, 0, T, K, H * K, BT, BK)
+        b_S = b_S * b_gn[:, None] + tl.dot(tl.trans(b_kg), b_R.to(b_kg.dtype), input_precision=DOT)
     if STORE_FINAL_STATE:
         p_ht, m_ht = _tile(ht + i_nh * K * V, 0, i_v * BV, K, V, V, BK, BV)
         tl.store(p_ht, b_S, mask=m_ht)
 
 
-def _check_cu_seqlens(cu_seqlens, B, T, device):
-    """Validate packed-sequence offsets [N + 1] and return them as int32 on the inputs' device."""
+@triton.jit
+def chunk_gdn2_fwd_output_kernel(QG, h, Aqk, R, o, cu_seqlens, chunk_indices,
+                                 H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                                 BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr):
+    """One (chunk, head, value block): O = Q_g h + Aqk R, written in o's dtype."""
+    i_t, i_h, i_v = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_n, i_c = tl.load(chunk_indices + 2 * i_t), tl.load(chunk_indices + 2 * i_t + 1)
+    bos, eos = tl.load(cu_seqlens + i_n), tl.load(cu_seqlens + i_n + 1)
+    T = eos - bos
+    t0 = i_c * BT
+    o_t = tl.arange(0, BT)
+    p_qk, p_vw = (bos * H + i_h) * K, (bos * H + i_h) * V
+    b_QG = _load_tile(QG + p_qk, t0, 0, T, K, H * K, BT, BK)
+    b_h = _load_tile(h + (i_t * H + i_h) * K * V, 0, i_v * BV, K, V, V, BK, BV)
+    b_R = _load_tile(R + p_vw, t0, i_v * BV, T, V, H * V, BT, BV)
+    b_Aqk = tl.where(o_t[:, None] >= o_t[None, :], _load(Aqk + (bos * H + i_h) * BT, t0, 0, T, BT, H * BT, BT, BT), 0.0)
+    b_O = tl.dot(b_QG, b_h, input_precision=DOT) + tl.dot(b_Aqk.to(b_R.dtype), b_R, input_precision=DOT)
+    p_o, m_o = _tile(o + p_vw, t0, i_v * BV, T, V, H * V, BT, BV)
+    tl.store(p_o, b_O.to(p_o.dtype.element_ty), mask=m_o)
+
+
+def _check_cu_seqlens(cu_seqlens, B, T):
+    """Validate packed-sequence offsets [N + 1]; return them as a tuple of ints."""
     if not isinstance(cu_seqlens, torch.Tensor):
         raise ValueError(f"cu_seqlens must be a torch.Tensor, got {type(cu_seqlens).__name__}")
     if cu_seqlens.dtype not in (torch.int32, torch.int64):
@@ -239,22 +266,33 @@ def _check_cu_seqlens(cu_seqlens, B, T, device):
         raise ValueError(f"cu_seqlens must be 1-D [N + 1] with N >= 1, got shape {tuple(cu_seqlens.shape)}")
     if B != 1:
         raise ValueError(f"with cu_seqlens the batch must be 1 (sequences packed along T), got B = {B}")
-    offsets = cu_seqlens.tolist()
+    offsets = tuple(cu_seqlens.tolist())
     if offsets[0] != 0 or offsets[-1] != T or any(a >= c for a, c in zip(offsets, offsets[1:])):
-        raise ValueError(f"cu_seqlens must start at 0, increase strictly and end at T = {T}, got {offsets}")
-    return cu_seqlens.to(device=device, dtype=torch.int32)
+        raise ValueError(f"cu_seqlens must start at 0, increase strictly and end at T = {T}, got {list(offsets)}")
+    return offsets
 
 
-def _chunk_indices(cu_seqlens, BT):
-    """Map a program id to (sequence, chunk): an int32 tensor [NT, 2] over all chunks of all sequences."""
-    offsets = cu_seqlens.tolist()
-    pairs = [(n, c) for n, (a, e) in enumerate(zip(offsets, offsets[1:])) for c in range(triton.cdiv(e - a, BT))]
-    return torch.tensor(pairs, dtype=torch.int32, device=cu_seqlens.device)
+@functools.lru_cache(maxsize=64)
+def _schedule(offsets, BT, device):
+    """Device tensors that map programs to work, for sequence offsets (t_0 = 0, ..., t_N) and chunk size BT:
+    cu_seqlens int32 [N + 1]; chunk_indices int32 [chunks, 2] = (sequence, chunk within it), all chunks
+    of all sequences in order; chunk_offsets int32 [N + 1], the first chunk of each sequence. Cached: a
+    training loop calls with the same shapes every step, and building them costs host work and a copy."""
+    counts = [triton.cdiv(e - a, BT) for a, e in zip(offsets, offsets[1:])]
+    pairs = [(n, c) for n, count in enumerate(counts) for c in range(count)]
+    firsts = [0]
+    for count in counts:
+        firsts.append(firsts[-1] + count)
+    as_int32 = dict(dtype=torch.int32, device=device)
+    return torch.tensor(offsets, **as_int32), torch.tensor(pairs, **as_int32), torch.tensor(firsts, **as_int32)
 
 
 # Tiles of the scan kernel for K > 64: value-block width, warps and pipeline stages. Chosen by measurement
 # on an H200 (tools/gpu_tune_scan.py); a module-level table so that a tuning run can try others.
 SCAN_TILES = {"BV": 32, "num_warps": 8, "num_stages": 2}
+# With 16-bit inputs, store AE, AZ, kg, Q_g, h and R in that type (half the traffic, 16-bit tensor-core
+# products; the state and every accumulation stay float32). False keeps them in float32.
+LOW_PRECISION_INTERMEDIATES = True
 
 
 def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None):
@@ -274,44 +312,48 @@ def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_st
         raise ValueError(f"q must be on a CUDA device, got {q.device}; "
                          "set TRITON_INTERPRET=1 before importing gdn2edu to run the kernels on the CPU")
     if cu_seqlens is None:
-        cu = torch.arange(0, (B + 1) * T, T, dtype=torch.int32, device=q.device)
+        offsets = tuple(range(0, (B + 1) * T, T))
     else:
-        cu = _check_cu_seqlens(cu_seqlens, B, T, q.device)
-        N = cu.numel() - 1
+        offsets = _check_cu_seqlens(cu_seqlens, B, T)
+        N = len(offsets) - 1
         if initial_state is not None:
             _check_tensor("initial_state", initial_state, 4, "[N, H, K, V]")
             if initial_state.shape != (N, H, K, V) or initial_state.device != q.device:
                 raise ValueError(f"initial_state must have shape [N, H, K, V] = {(N, H, K, V)} on {q.device}, "
                                  f"got {tuple(initial_state.shape)} on {initial_state.device}")
-    N = cu.numel() - 1
+    N = len(offsets) - 1
     BT, BC = 64, 16
     BK = max(16, triton.next_power_of_2(K))
     BV = min(SCAN_TILES["BV"], max(16, triton.next_power_of_2(V)))
     DOT = "ieee" if q.dtype == torch.float32 else "tf32"      # fp32 in, fp32 math; else tensor cores
     q, k, v, g, b, w = (x.contiguous() for x in (q, k, v, g, b, w))
-    chunks = _chunk_indices(cu, BT)
-    lengths = cu[1:] - cu[:-1]
-    chunk_offsets = torch.cat([cu.new_zeros(1), torch.cumsum((lengths + BT - 1) // BT, 0)]).to(torch.int32)
+    cu, chunks, chunk_offsets = _schedule(offsets, BT, q.device)
     A = torch.empty(B, T, H, BT, dtype=torch.float32, device=q.device)
     Aqk = torch.empty_like(A)
     chunk_gdn2_fwd_intra_kernel[(chunks.shape[0], H)](
         q, k, g, b, A, Aqk, cu, chunks, dims.scale, H=H, K=K, BT=BT, BC=BC, BK=min(BK, 64), DOT=DOT,
         num_warps=4, num_stages=2)
-    f32 = dict(dtype=torch.float32, device=q.device)
-    AE, KG, QG = (torch.empty(B, T, H, K, **f32) for _ in range(3))
-    AZ = torch.empty(B, T, H, V, **f32)
-    GN = torch.empty(chunks.shape[0], H, K, **f32)
+    # the intermediates the later kernels read: in the inputs' 16-bit type when they have one
+    store = q.dtype if q.dtype in (torch.bfloat16, torch.float16) and LOW_PRECISION_INTERMEDIATES else torch.float32
+    like = dict(dtype=store, device=q.device)
+    AE, KG, QG = (torch.empty(B, T, H, K, **like) for _ in range(3))
+    AZ, R = torch.empty(B, T, H, V, **like), torch.empty(B, T, H, V, **like)
+    GN = torch.empty(chunks.shape[0], H, K, dtype=torch.float32, device=q.device)
+    h = torch.empty(chunks.shape[0], H, K, V, **like)
     chunk_gdn2_fwd_wy_kernel[(chunks.shape[0], H)](
         q, k, v, g, b, w, A, AE, AZ, KG, QG, GN, cu, chunks, dims.scale, H=H, K=K, V=V, BT=BT,
         BK=min(BK, 64), BV=min(64, max(16, triton.next_power_of_2(V))), DOT=DOT, num_warps=4, num_stages=2)
-    o = torch.empty_like(v)
     h0 = initial_state.to(torch.float32).contiguous() if initial_state is not None else None
     ht = q.new_empty(N, H, K, V, dtype=torch.float32) if output_final_state else None
     chunk_gdn2_fwd_scan_kernel[(triton.cdiv(V, BV), N * H)](
-        AE, AZ, KG, QG, GN, Aqk, o, h0, ht, cu, chunk_offsets, H=H, K=K, V=V, BT=BT, BK=BK, BV=BV,
+        AE, AZ, KG, GN, h, R, h0, ht, cu, chunk_offsets, H=H, K=K, V=V, BT=BT, BK=BK, BV=BV,
         USE_INITIAL_STATE=h0 is not None, STORE_FINAL_STATE=ht is not None, DOT=DOT,
         num_warps=SCAN_TILES["num_warps"] if BK > 64 else 4,
-        num_stages=SCAN_TILES["num_stages"] if DOT == "tf32" else 1)   # ieee fp32 tiles need the shared memory
+        num_stages=SCAN_TILES["num_stages"] if store != torch.float32 else 1)  # fp32 tiles fill shared memory
+    o = torch.empty_like(v)
+    BVO = min(64, max(16, triton.next_power_of_2(V)))
+    chunk_gdn2_fwd_output_kernel[(chunks.shape[0], H, triton.cdiv(V, BVO))](
+        QG, h, Aqk, R, o, cu, chunks, H=H, K=K, V=V, BT=BT, BK=BK, BV=BVO, DOT=DOT, num_warps=4, num_stages=2)
     return o, ht
 
 

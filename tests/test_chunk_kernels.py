@@ -52,13 +52,14 @@ def test_packed_sequences_strong_decay():
 
 
 def test_fp16_inputs_output_dtype():
-    """fp16 inputs: o in fp16 (its rounding, 2^-11, sets the tolerance), state float32."""
+    """fp16 inputs: o in fp16, state float32. The intermediates (AE, AZ, kg, Q_g, h, R) are stored in fp16
+    too, so both o and the state carry a few units of fp16 rounding (2^-11 ~ 4.9e-4): 2e-3 for both."""
     x = make_inputs(1, 40, 1, 16, 16, seed=3)
     x16 = tuple(t.half() for t in x)
     o_ref, S_ref = recurrent_gdn2(*(t.double() for t in x16), output_final_state=True)
     o, S = chunk_gdn2(*x16, output_final_state=True)
     assert o.dtype == torch.float16 and S.dtype == torch.float32
-    assert rel(o, o_ref) < 2e-3 and rel(S, S_ref) < TOL
+    assert rel(o, o_ref) < 2e-3 and rel(S, S_ref) < 2e-3
 
 
 def _inputs():

@@ -25,6 +25,7 @@ def main(argv=None):
     parser.add_argument("--bv", default="32,64")
     parser.add_argument("--warps", default="4,8")
     parser.add_argument("--stages", default="2,3")
+    parser.add_argument("--lowp", default="1", help="LOW_PRECISION_INTERMEDIATES values to try (1, 0)")
     args = parser.parse_args(argv)
     start = time.monotonic()
     shapes = [(1, 8192, 16), (4, 2048, 16)]
@@ -34,23 +35,26 @@ def main(argv=None):
         ref, _ = gdn2edu.recurrent_gdn2(*(x.double() for x in inputs))
         cases[(B, T, H)] = (inputs, ref)
     default = dict(chunk_kernels.SCAN_TILES)
-    grid = itertools.product(*(map(int, s.split(",")) for s in (args.bv, args.warps, args.stages)))
-    for bv, warps, stages in grid:
+    default_lowp = chunk_kernels.LOW_PRECISION_INTERMEDIATES
+    grid = itertools.product(*(map(int, s.split(",")) for s in (args.lowp, args.bv, args.warps, args.stages)))
+    for lowp, bv, warps, stages in grid:
         if time.monotonic() - start > args.budget:
             print("budget spent, stopping")
             break
         chunk_kernels.SCAN_TILES.update(BV=bv, num_warps=warps, num_stages=stages)
+        chunk_kernels.LOW_PRECISION_INTERMEDIATES = bool(lowp)
         for shape, (inputs, ref) in cases.items():
             try:
                 o, _ = gdn2edu.chunk_gdn2(*inputs)
                 ms = triton.testing.do_bench(lambda: gdn2edu.chunk_gdn2(*inputs), warmup=25, rep=100,
                                              return_mode="median")
-                print(f"BV={bv:3d} warps={warps} stages={stages} {shape}: err {rel_l2(o, ref):.2e} "
+                print(f"lowp={lowp} BV={bv:3d} warps={warps} stages={stages} {shape}: err {rel_l2(o, ref):.2e} "
                       f"time {ms:.3f} ms", flush=True)
             except Exception as err:          # out of resources: report and go on
-                print(f"BV={bv:3d} warps={warps} stages={stages} {shape}: {type(err).__name__}: {err}",
+                print(f"lowp={lowp} BV={bv:3d} warps={warps} stages={stages} {shape}: {type(err).__name__}: {err}",
                       flush=True)
     chunk_kernels.SCAN_TILES.update(default)
+    chunk_kernels.LOW_PRECISION_INTERMEDIATES = default_lowp
     for shape, (inputs, _) in cases.items():
         print(f"per-kernel time at {shape}, default tiles {default}:")
         for name, ms in kernel_times(lambda: gdn2edu.chunk_gdn2(*inputs)).items():
