@@ -57,15 +57,26 @@ def _scores(b_qr, b_er, b_gm, b_k, b_g, DOT: tl.constexpr):
 
 
 @triton.jit
-def _invert_unit_lower(b_L, BC: tl.constexpr):
-    """(I + b_L)^{-1} for a strictly lower-triangular [BC, BC] b_L, by forward substitution, row by row."""
+def _substitute_row(b_A, b_L, m_i):
+    """Row i (mask m_i) of A = (I + L)^{-1}: e_i - sum_j L_ij (row j of A), with rows j < i already final."""
+    b_l = tl.sum(tl.where(m_i, b_L, 0.0), axis=0)                              # row i of L: [BC]
+    return tl.where(m_i, b_A - tl.sum(b_l[:, None] * b_A, axis=0)[None, :], b_A)
+
+
+@triton.jit
+def _invert_unit_lower4(b_L0, b_L1, b_L2, b_L3, BC: tl.constexpr):
+    """(I + L)^{-1} of four strictly lower-triangular [BC, BC] tiles, by forward substitution, row by row.
+    The four substitutions are independent: one loop lets their dependent chains overlap."""
     o_c = tl.arange(0, BC)
-    b_Ai = (o_c[:, None] == o_c[None, :]).to(tl.float32)
+    b_I = (o_c[:, None] == o_c[None, :]).to(tl.float32)
+    b_A0, b_A1, b_A2, b_A3 = b_I, b_I, b_I, b_I
     for i in range(1, BC):
-        b_l = tl.sum(tl.where(o_c[:, None] == i, b_L, 0.0), axis=0)             # row i of L: [BC]
-        b_row = tl.sum(b_l[:, None] * b_Ai, axis=0)                            # sum_j L_ij (row j of A)
-        b_Ai = tl.where(o_c[:, None] == i, b_Ai - b_row[None, :], b_Ai)
-    return b_Ai
+        m_i = o_c[:, None] == i
+        b_A0 = _substitute_row(b_A0, b_L0, m_i)
+        b_A1 = _substitute_row(b_A1, b_L1, m_i)
+        b_A2 = _substitute_row(b_A2, b_L2, m_i)
+        b_A3 = _substitute_row(b_A3, b_L3, m_i)
+    return b_A0, b_A1, b_A2, b_A3
 
 
 @triton.jit
@@ -121,10 +132,9 @@ def chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, cu_seqlens, chunk_indices, s
     m_strict = o_c[:, None] > o_c[None, :]
     m_incl = o_c[:, None] >= o_c[None, :]
     # the diagonal blocks: invert each 16 x 16 unit-triangular block by forward substitution
-    b_Ai00 = _invert_unit_lower(tl.where(m_strict, b_L00, 0.0), BC)
-    b_Ai11 = _invert_unit_lower(tl.where(m_strict, b_L11, 0.0), BC)
-    b_Ai22 = _invert_unit_lower(tl.where(m_strict, b_L22, 0.0), BC)
-    b_Ai33 = _invert_unit_lower(tl.where(m_strict, b_L33, 0.0), BC)
+    b_Ai00, b_Ai11, b_Ai22, b_Ai33 = _invert_unit_lower4(
+        tl.where(m_strict, b_L00, 0.0), tl.where(m_strict, b_L11, 0.0),
+        tl.where(m_strict, b_L22, 0.0), tl.where(m_strict, b_L33, 0.0), BC)
     # the blocks below: A_ac = -A_aa sum_{c <= d < a} L_ad A_dc, one sub-diagonal at a time
     b_Ai10 = -tl.dot(b_Ai11, tl.dot(b_L10, b_Ai00, input_precision=DOT), input_precision=DOT)
     b_Ai21 = -tl.dot(b_Ai22, tl.dot(b_L21, b_Ai11, input_precision=DOT), input_precision=DOT)
@@ -290,6 +300,7 @@ def _schedule(offsets, BT, device):
 # Tiles of the scan kernel for K > 64: value-block width, warps and pipeline stages. Chosen by measurement
 # on an H200 (tools/gpu_tune_scan.py); a module-level table so that a tuning run can try others.
 SCAN_TILES = {"BV": 32, "num_warps": 8, "num_stages": 2}
+KERNEL_WARPS = {"intra": 4, "wy": 4, "output": 4}     # warps of the three parallel kernels
 # With 16-bit inputs, store AE, AZ, kg, Q_g, h and R in that type (half the traffic, 16-bit tensor-core
 # products; the state and every accumulation stay float32). False keeps them in float32.
 LOW_PRECISION_INTERMEDIATES = True
@@ -332,7 +343,7 @@ def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_st
     Aqk = torch.empty_like(A)
     chunk_gdn2_fwd_intra_kernel[(chunks.shape[0], H)](
         q, k, g, b, A, Aqk, cu, chunks, dims.scale, H=H, K=K, BT=BT, BC=BC, BK=min(BK, 64), DOT=DOT,
-        num_warps=4, num_stages=2)
+        num_warps=KERNEL_WARPS["intra"], num_stages=2)
     # the intermediates the later kernels read: in the inputs' 16-bit type when they have one
     store = q.dtype if q.dtype in (torch.bfloat16, torch.float16) and LOW_PRECISION_INTERMEDIATES else torch.float32
     like = dict(dtype=store, device=q.device)
@@ -342,7 +353,7 @@ def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_st
     h = torch.empty(chunks.shape[0], H, K, V, **like)
     chunk_gdn2_fwd_wy_kernel[(chunks.shape[0], H)](
         q, k, v, g, b, w, A, AE, AZ, KG, QG, GN, cu, chunks, dims.scale, H=H, K=K, V=V, BT=BT,
-        BK=min(BK, 64), BV=min(64, max(16, triton.next_power_of_2(V))), DOT=DOT, num_warps=4, num_stages=2)
+        BK=min(BK, 64), BV=min(64, max(16, triton.next_power_of_2(V))), DOT=DOT, num_warps=KERNEL_WARPS["wy"], num_stages=2)
     h0 = initial_state.to(torch.float32).contiguous() if initial_state is not None else None
     ht = q.new_empty(N, H, K, V, dtype=torch.float32) if output_final_state else None
     chunk_gdn2_fwd_scan_kernel[(triton.cdiv(V, BV), N * H)](
@@ -353,7 +364,7 @@ def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_st
     o = torch.empty_like(v)
     BVO = min(64, max(16, triton.next_power_of_2(V)))
     chunk_gdn2_fwd_output_kernel[(chunks.shape[0], H, triton.cdiv(V, BVO))](
-        QG, h, Aqk, R, o, cu, chunks, H=H, K=K, V=V, BT=BT, BK=BK, BV=BVO, DOT=DOT, num_warps=4, num_stages=2)
+        QG, h, Aqk, R, o, cu, chunks, H=H, K=K, V=V, BT=BT, BK=BK, BV=BVO, DOT=DOT, num_warps=KERNEL_WARPS["output"], num_stages=2)
     return o, ht
 
 
