@@ -300,7 +300,8 @@ def _schedule(offsets, BT, device):
 # Tiles of the scan kernel for K > 64: value-block width, warps and pipeline stages. Chosen by measurement
 # on an H200 (tools/gpu_tune_scan.py); a module-level table so that a tuning run can try others.
 SCAN_TILES = {"BV": 32, "num_warps": 8, "num_stages": 2}
-KERNEL_WARPS = {"intra": 4, "wy": 4, "output": 4}     # warps of the three parallel kernels
+KERNEL_WARPS = {"wy": 4, "output": 4}                   # warps of two parallel kernels
+INTRA_TILES = {"BK": 64, "num_warps": 4, "num_stages": 2}  # the intra kernel's key block, warps, stages
 # With 16-bit inputs, store AE, AZ, kg, Q_g, h and R in that type (half the traffic, 16-bit tensor-core
 # products; the state and every accumulation stay float32). False keeps them in float32.
 LOW_PRECISION_INTERMEDIATES = True
@@ -342,8 +343,8 @@ def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_st
     A = torch.empty(B, T, H, BT, dtype=torch.float32, device=q.device)
     Aqk = torch.empty_like(A)
     chunk_gdn2_fwd_intra_kernel[(chunks.shape[0], H)](
-        q, k, g, b, A, Aqk, cu, chunks, dims.scale, H=H, K=K, BT=BT, BC=BC, BK=min(BK, 64), DOT=DOT,
-        num_warps=KERNEL_WARPS["intra"], num_stages=2)
+        q, k, g, b, A, Aqk, cu, chunks, dims.scale, H=H, K=K, BT=BT, BC=BC, BK=min(BK, INTRA_TILES["BK"]),
+        DOT=DOT, num_warps=INTRA_TILES["num_warps"], num_stages=INTRA_TILES["num_stages"])
     # the intermediates the later kernels read: in the inputs' 16-bit type when they have one
     store = q.dtype if q.dtype in (torch.bfloat16, torch.float16) and LOW_PRECISION_INTERMEDIATES else torch.float32
     like = dict(dtype=store, device=q.device)

@@ -26,8 +26,8 @@ def main(argv=None):
     parser.add_argument("--warps", default="4,8")
     parser.add_argument("--stages", default="2,3")
     parser.add_argument("--lowp", default="1", help="LOW_PRECISION_INTERMEDIATES values to try (1, 0)")
-    parser.add_argument("--warps-parallel", default="4",
-                        help="num_warps to try for the intra, WY and output kernels (all three alike)")
+    parser.add_argument("--intra", default="64:4:2",
+                        help="intra kernel settings BK:num_warps:num_stages to try, comma-separated")
     args = parser.parse_args(argv)
     start = time.monotonic()
     shapes = [(1, 8192, 16), (4, 2048, 16)]
@@ -38,29 +38,30 @@ def main(argv=None):
         cases[(B, T, H)] = (inputs, ref)
     default = dict(chunk_kernels.SCAN_TILES)
     default_lowp = chunk_kernels.LOW_PRECISION_INTERMEDIATES
-    default_warps = dict(chunk_kernels.KERNEL_WARPS)
-    grid = itertools.product(*(map(int, s.split(",")) for s in (args.lowp, args.bv, args.warps, args.stages,
-                                                                 args.warps_parallel)))
-    for lowp, bv, warps, stages, pwarps in grid:
+    default_intra = dict(chunk_kernels.INTRA_TILES)
+    intra = [tuple(map(int, item.split(":"))) for item in args.intra.split(",")]
+    grid = itertools.product(*(map(int, s.split(",")) for s in (args.lowp, args.bv, args.warps, args.stages)),
+                             intra)
+    for lowp, bv, warps, stages, (ibk, iwarps, istages) in grid:
         if time.monotonic() - start > args.budget:
             print("budget spent, stopping")
             break
         chunk_kernels.SCAN_TILES.update(BV=bv, num_warps=warps, num_stages=stages)
         chunk_kernels.LOW_PRECISION_INTERMEDIATES = bool(lowp)
-        chunk_kernels.KERNEL_WARPS.update(intra=pwarps, wy=pwarps, output=pwarps)
+        chunk_kernels.INTRA_TILES.update(BK=ibk, num_warps=iwarps, num_stages=istages)
         for shape, (inputs, ref) in cases.items():
             try:
                 o, _ = gdn2edu.chunk_gdn2(*inputs)
                 ms = triton.testing.do_bench(lambda: gdn2edu.chunk_gdn2(*inputs), warmup=25, rep=100,
                                              return_mode="median")
-                print(f"lowp={lowp} BV={bv:3d} warps={warps} stages={stages} pwarps={pwarps} {shape}: err {rel_l2(o, ref):.2e} "
+                print(f"lowp={lowp} BV={bv:3d} warps={warps} stages={stages} intra={ibk}:{iwarps}:{istages} {shape}: err {rel_l2(o, ref):.2e} "
                       f"time {ms:.3f} ms", flush=True)
             except Exception as err:          # out of resources: report and go on
-                print(f"lowp={lowp} BV={bv:3d} warps={warps} stages={stages} pwarps={pwarps} {shape}: {type(err).__name__}: {err}",
+                print(f"lowp={lowp} BV={bv:3d} warps={warps} stages={stages} intra={ibk}:{iwarps}:{istages} {shape}: {type(err).__name__}: {err}",
                       flush=True)
     chunk_kernels.SCAN_TILES.update(default)
     chunk_kernels.LOW_PRECISION_INTERMEDIATES = default_lowp
-    chunk_kernels.KERNEL_WARPS.update(default_warps)
+    chunk_kernels.INTRA_TILES.update(default_intra)
     for shape, (inputs, _) in cases.items():
         print(f"per-kernel time at {shape}, default tiles {default}:")
         for name, ms in kernel_times(lambda: gdn2edu.chunk_gdn2(*inputs)).items():
