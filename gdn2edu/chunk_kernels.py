@@ -300,7 +300,8 @@ def _schedule(offsets, BT, device):
 # Tiles of the scan kernel for K > 64: value-block width, warps and pipeline stages. Chosen by measurement
 # on an H200 (tools/gpu_tune_scan.py); a module-level table so that a tuning run can try others.
 SCAN_TILES = {"BV": 32, "num_warps": 4, "num_stages": 4}
-KERNEL_WARPS = {"wy": 4, "output": 2}                   # warps of two parallel kernels
+WY_TILES = {"BK": 64, "BV": 64, "num_warps": 4}           # the WY kernel's key and value blocks, warps
+OUTPUT_TILES = {"BV": 64, "num_warps": 2}                 # the output kernel's value block, warps
 INTRA_TILES = {"BK": 16, "num_warps": 1, "num_stages": 2}  # the intra kernel's key block, warps, stages
 # With 16-bit inputs, store AE, AZ, kg, Q_g, h and R in that type (half the traffic, 16-bit tensor-core
 # products; the state and every accumulation stay float32). False keeps them in float32.
@@ -354,7 +355,8 @@ def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_st
     h = torch.empty(chunks.shape[0], H, K, V, **like)
     chunk_gdn2_fwd_wy_kernel[(chunks.shape[0], H)](
         q, k, v, g, b, w, A, AE, AZ, KG, QG, GN, cu, chunks, dims.scale, H=H, K=K, V=V, BT=BT,
-        BK=min(BK, 64), BV=min(64, max(16, triton.next_power_of_2(V))), DOT=DOT, num_warps=KERNEL_WARPS["wy"], num_stages=2)
+        BK=min(BK, WY_TILES["BK"]), BV=min(WY_TILES["BV"], max(16, triton.next_power_of_2(V))), DOT=DOT,
+        num_warps=WY_TILES["num_warps"], num_stages=2)
     h0 = initial_state.to(torch.float32).contiguous() if initial_state is not None else None
     ht = q.new_empty(N, H, K, V, dtype=torch.float32) if output_final_state else None
     chunk_gdn2_fwd_scan_kernel[(triton.cdiv(V, BV), N * H)](
@@ -363,9 +365,9 @@ def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_st
         num_warps=SCAN_TILES["num_warps"] if BK > 64 else 4,
         num_stages=SCAN_TILES["num_stages"] if store != torch.float32 else 1)  # fp32 tiles fill shared memory
     o = torch.empty_like(v)
-    BVO = min(64, max(16, triton.next_power_of_2(V)))
+    BVO = min(OUTPUT_TILES["BV"], max(16, triton.next_power_of_2(V)))
     chunk_gdn2_fwd_output_kernel[(chunks.shape[0], H, triton.cdiv(V, BVO))](
-        QG, h, Aqk, R, o, cu, chunks, H=H, K=K, V=V, BT=BT, BK=BK, BV=BVO, DOT=DOT, num_warps=KERNEL_WARPS["output"], num_stages=2)
+        QG, h, Aqk, R, o, cu, chunks, H=H, K=K, V=V, BT=BT, BK=BK, BV=BVO, DOT=DOT, num_warps=OUTPUT_TILES["num_warps"], num_stages=2)
     return o, ht
 
 

@@ -26,8 +26,8 @@ def main(argv=None):
     parser.add_argument("--warps", default="4,8")
     parser.add_argument("--stages", default="2,3")
     parser.add_argument("--lowp", default="1", help="LOW_PRECISION_INTERMEDIATES values to try (1, 0)")
-    parser.add_argument("--wy-warps", default="4", help="num_warps of the WY kernel to try")
-    parser.add_argument("--output-warps", default="4", help="num_warps of the output kernel to try")
+    parser.add_argument("--wy", default="64:64:4", help="WY kernel settings BK:BV:num_warps to try")
+    parser.add_argument("--output", default="64:2", help="output kernel settings BV:num_warps to try")
     parser.add_argument("--intra", default="64:4:2",
                         help="intra kernel settings BK:num_warps:num_stages to try, comma-separated")
     args = parser.parse_args(argv)
@@ -42,23 +42,26 @@ def main(argv=None):
     default_lowp = chunk_kernels.LOW_PRECISION_INTERMEDIATES
     default_intra = dict(chunk_kernels.INTRA_TILES)
     intra = [tuple(map(int, item.split(":"))) for item in args.intra.split(",")]
-    default_warps = dict(chunk_kernels.KERNEL_WARPS)
-    grid = itertools.product(*(map(int, s.split(",")) for s in (args.lowp, args.bv, args.warps, args.stages,
-                                                                 args.wy_warps, args.output_warps)), intra)
-    for lowp, bv, warps, stages, wy_warps, out_warps, (ibk, iwarps, istages) in grid:
+    default_wy, default_out = dict(chunk_kernels.WY_TILES), dict(chunk_kernels.OUTPUT_TILES)
+    def settings(text):
+        return [tuple(map(int, item.split(":"))) for item in text.split(",")]
+    grid = itertools.product(*(map(int, s.split(",")) for s in (args.lowp, args.bv, args.warps, args.stages)),
+                             intra, settings(args.wy), settings(args.output))
+    for lowp, bv, warps, stages, (ibk, iwarps, istages), wy, out in grid:
         if time.monotonic() - start > args.budget:
             print("budget spent, stopping")
             break
         chunk_kernels.SCAN_TILES.update(BV=bv, num_warps=warps, num_stages=stages)
         chunk_kernels.LOW_PRECISION_INTERMEDIATES = bool(lowp)
         chunk_kernels.INTRA_TILES.update(BK=ibk, num_warps=iwarps, num_stages=istages)
-        chunk_kernels.KERNEL_WARPS.update(wy=wy_warps, output=out_warps)
+        chunk_kernels.WY_TILES.update(BK=wy[0], BV=wy[1], num_warps=wy[2])
+        chunk_kernels.OUTPUT_TILES.update(BV=out[0], num_warps=out[1])
         for shape, (inputs, ref) in cases.items():
             try:
                 o, _ = gdn2edu.chunk_gdn2(*inputs)
                 ms = triton.testing.do_bench(lambda: gdn2edu.chunk_gdn2(*inputs), warmup=25, rep=100,
                                              return_mode="median")
-                print(f"lowp={lowp} BV={bv:3d} warps={warps} stages={stages} intra={ibk}:{iwarps}:{istages} wy={wy_warps} out={out_warps} {shape}: err {rel_l2(o, ref):.2e} "
+                print(f"lowp={lowp} BV={bv:3d} warps={warps} stages={stages} intra={ibk}:{iwarps}:{istages} wy={wy} out={out} {shape}: err {rel_l2(o, ref):.2e} "
                       f"time {ms:.3f} ms", flush=True)
             except Exception as err:          # out of resources: report and go on
                 print(f"lowp={lowp} BV={bv:3d} warps={warps} stages={stages} intra={ibk}:{iwarps}:{istages} {shape}: {type(err).__name__}: {err}",
@@ -66,7 +69,8 @@ def main(argv=None):
     chunk_kernels.SCAN_TILES.update(default)
     chunk_kernels.LOW_PRECISION_INTERMEDIATES = default_lowp
     chunk_kernels.INTRA_TILES.update(default_intra)
-    chunk_kernels.KERNEL_WARPS.update(default_warps)
+    chunk_kernels.WY_TILES.update(default_wy)
+    chunk_kernels.OUTPUT_TILES.update(default_out)
     for shape, (inputs, _) in cases.items():
         print(f"per-kernel time at {shape}, default tiles {default}:")
         for name, ms in kernel_times(lambda: gdn2edu.chunk_gdn2(*inputs)).items():
