@@ -12,7 +12,7 @@ from gdn2edu.inverse import forward_substitution, block_inverse
 from gdn2edu.wy_backward import strict_lower, wy_chunk_backward, wy_backward_products, flops_wy_backward
 from gdn2edu.rewy import rewy_chunk_backward, rewy_backward_products, flops_rewy_backward
 from gdn2edu.fused_recurrent import fused_recurrent_gdn2, fused_recurrent_gdn2_step
-from gdn2edu.chunk_kernels import chunk_gdn2_fwd_intra_kernel, chunk_gdn2_fwd_wy_kernel, chunk_gdn2_fwd_scan_kernel, chunk_gdn2_fwd_output_kernel, chunk_gdn2, benchmark_chunk_gdn2
+from gdn2edu.chunk_kernels import chunk_gdn2_fwd_intra_kernel, chunk_gdn2_fwd_wy_kernel, chunk_gdn2_fwd_scan_kernel, chunk_gdn2_fwd_output_kernel, chunk_gdn2, baseline_inputs
 
 __all__ = [
     "GDN2Dims",
@@ -45,5 +45,5 @@ __all__ = [
     "chunk_gdn2_fwd_scan_kernel",
     "chunk_gdn2_fwd_output_kernel",
     "chunk_gdn2",
-    "benchmark_chunk_gdn2",
+    "baseline_inputs",
 ]

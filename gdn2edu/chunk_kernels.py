@@ -1,7 +1,7 @@
 # Generated from chapters/09_triton_chunked_forward.md by tools/tangle.py.
 # Edit the chapter, not this file: `python tools/tangle.py` rewrites it.
 
-"""The chunked GDN2 forward in Triton: an intra-chunk kernel, parallel over chunks, and a fused state scan."""
+"""The chunked GDN2 forward in Triton: intra-chunk and WY kernels parallel over chunks, a state scan, the outputs."""
 
 import functools
 import os
@@ -309,7 +309,7 @@ LOW_PRECISION_INTERMEDIATES = True
 
 
 def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None):
-    """Gated DeltaNet-2 forward by chunks of 64 tokens, in two Triton kernels (FLA's ``chunk_gdn2`` semantics).
+    """Gated DeltaNet-2 forward by chunks of 64 tokens, in four Triton kernels (FLA's ``chunk_gdn2`` semantics).
 
     q, k: [B, T, H, K]; v: [B, T, H, V]; g: [B, T, H, K] natural-log decay; b: [B, T, H, K] erase gate;
     w: [B, T, H, V] write gate; scale: None for K ** -0.5. Without cu_seqlens, initial_state is [B, H, K, V]
@@ -371,25 +371,19 @@ def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_st
     return o, ht
 
 
-def benchmark_chunk_gdn2(B, T, H=16, K=128, V=128, dtype=torch.bfloat16, seed=0):
-    """Median time in ms of one ``chunk_gdn2`` forward on the current CUDA GPU.
-
-    Inputs as in the FLA H200 baseline: q [B, T, H, K] standard normal, k L2-normalised per head,
-    v [B, T, H, V] standard normal (all in ``dtype``), g float32 logsigmoid(x) / 16, b and w uniform in
-    [0.1, 0.9] in ``dtype``; no initial state. Timed by ``triton.testing.do_bench(warmup=50, rep=300)``.
-    """
-    if not torch.cuda.is_available():
-        raise ValueError("benchmark_chunk_gdn2 needs a CUDA GPU; none is available")
-    gen = torch.Generator(device="cuda").manual_seed(seed)
+def baseline_inputs(B, T, H=16, K=128, V=128, dtype=torch.bfloat16, seed=0, device="cuda"):
+    """The inputs of the FLA H200 baseline: q, k [B, T, H, K] L2-normalised per head, v [B, T, H, V] standard
+    normal (all in ``dtype``), g float32 logsigmoid(x) / 16, b [B, T, H, K] and w [B, T, H, V] uniform in
+    [0.1, 0.9] in ``dtype``. Returns (q, k, v, g, b, w) on ``device``."""
+    gen = torch.Generator(device=device).manual_seed(seed)
 
     def randn(*shape):
-        return torch.randn(*shape, generator=gen, device="cuda")
+        return torch.randn(*shape, device=device, generator=gen)
 
-    q = randn(B, T, H, K).to(dtype)
+    q = torch.nn.functional.normalize(randn(B, T, H, K), dim=-1).to(dtype)
     k = torch.nn.functional.normalize(randn(B, T, H, K), dim=-1).to(dtype)
     v = randn(B, T, H, V).to(dtype)
     g = torch.nn.functional.logsigmoid(randn(B, T, H, K)) / 16
-    b = (0.1 + 0.8 * torch.rand(B, T, H, K, generator=gen, device="cuda")).to(dtype)
-    w = (0.1 + 0.8 * torch.rand(B, T, H, V, generator=gen, device="cuda")).to(dtype)
-    return triton.testing.do_bench(lambda: chunk_gdn2(q, k, v, g, b, w), warmup=50, rep=300,
-                                   return_mode="median")
+    b = (0.1 + 0.8 * torch.rand(B, T, H, K, device=device, generator=gen)).to(dtype)
+    w = (0.1 + 0.8 * torch.rand(B, T, H, V, device=device, generator=gen)).to(dtype)
+    return q, k, v, g, b, w

@@ -23,26 +23,12 @@ import triton
 import triton.testing
 
 import gdn2edu
+from gdn2edu.chunk_kernels import baseline_inputs
 
 FORWARD_SHAPES = [(1, 8192, 16), (4, 2048, 16), (8, 1024, 16), (2, 8192, 16)]   # (B, T, H)
 CHECK_SHAPES = [(1, 8192, 16), (4, 2048, 16)]
 DECODE_BATCHES = [1, 64]
 K = V = 128
-
-
-def realistic_inputs(B, T, H, dtype, seed=0):
-    """The ReWY harness's inputs: L2-normalised q, k; normal v; log-decay logsigmoid(x)/16 in fp32;
-    erase and write gates uniform in [0.1, 0.9]."""
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    def randn(*shape):
-        return torch.randn(*shape, device="cuda", generator=gen)
-    q = torch.nn.functional.normalize(randn(B, T, H, K), dim=-1).to(dtype)
-    k = torch.nn.functional.normalize(randn(B, T, H, K), dim=-1).to(dtype)
-    v = randn(B, T, H, V).to(dtype)
-    g = torch.nn.functional.logsigmoid(randn(B, T, H, K)) / 16
-    b = (0.1 + 0.8 * torch.rand(B, T, H, K, device="cuda", generator=gen)).to(dtype)
-    w = (0.1 + 0.8 * torch.rand(B, T, H, V, device="cuda", generator=gen)).to(dtype)
-    return q, k, v, g, b, w
 
 
 def rel_l2(x, ref):
@@ -51,7 +37,7 @@ def rel_l2(x, ref):
 
 def check(B, T, H, dtype):
     """Relative L2 error of chunk_gdn2 (o, final state) against float64 on the same rounded inputs."""
-    inputs = realistic_inputs(B, T, H, dtype, seed=1)
+    inputs = baseline_inputs(B, T, H, K, V, dtype=dtype, seed=1)
     S0 = torch.randn(B, H, K, V, device="cuda") * 0.1
     o, S = gdn2edu.chunk_gdn2(*inputs, initial_state=S0, output_final_state=True)
     o_ref, S_ref = gdn2edu.recurrent_gdn2(*(x.double() for x in inputs), initial_state=S0.double(),
@@ -126,7 +112,7 @@ def main(argv=None):
     for B, T, H in FORWARD_SHAPES if "forward" in parts else []:
         if out_of_time(f"forward {B},{T},{H}"):
             continue
-        q, k, v, g, b, w = realistic_inputs(B, T, H, torch.bfloat16)
+        q, k, v, g, b, w = baseline_inputs(B, T, H, K, V)
         candidates = {"gdn2edu": lambda: gdn2edu.chunk_gdn2(q, k, v, g, b, w)}
         if fla_chunk is not None:
             candidates["fla"] = lambda: fla_chunk(q, k, v, g, b, w)
@@ -140,7 +126,7 @@ def main(argv=None):
     for batch in DECODE_BATCHES if "decode" in parts else []:
         if out_of_time(f"decode {batch}"):
             continue
-        q, k, v, g, b, w = realistic_inputs(batch, 1, 16, torch.bfloat16, seed=2)
+        q, k, v, g, b, w = baseline_inputs(batch, 1, 16, K, V, seed=2)
         state = torch.randn(batch, 16, K, V, device="cuda") * 0.1
         candidates = {
             "gdn2edu": lambda: gdn2edu.fused_recurrent_gdn2(q, k, v, g, b, w, initial_state=state,

@@ -15,8 +15,10 @@ import triton.testing
 import gdn2edu
 from gdn2edu import chunk_kernels
 
+from gdn2edu.chunk_kernels import baseline_inputs
+
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from gpu_forward_bench import realistic_inputs, rel_l2  # noqa: E402
+from gpu_forward_bench import rel_l2  # noqa: E402
 
 
 def main(argv=None):
@@ -35,7 +37,7 @@ def main(argv=None):
     shapes = [(1, 8192, 16), (4, 2048, 16)]
     cases = {}
     for B, T, H in shapes:
-        inputs = realistic_inputs(B, T, H, torch.bfloat16, seed=1)
+        inputs = baseline_inputs(B, T, H, seed=1)
         ref, _ = gdn2edu.recurrent_gdn2(*(x.double() for x in inputs))
         cases[(B, T, H)] = (inputs, ref)
     default = dict(chunk_kernels.SCAN_TILES)
