@@ -3,7 +3,7 @@
 
 """gdn2edu: Gated DeltaNet-2 from the token recurrence to Triton kernels."""
 
-from gdn2edu.inputs import GDN2Dims, validate_inputs, compute_dtype
+from gdn2edu.inputs import GDN2Dims, validate_inputs, one_token_as_sequence, compute_dtype
 from gdn2edu.recurrence import gdn2_token_update, recurrent_gdn2, recurrent_gdn2_step
 from gdn2edu.family import family_gates
 from gdn2edu.chunk_system import ChunkFactors, chunk_factors, solve_chunk
@@ -17,6 +17,7 @@ from gdn2edu.chunk_kernels import chunk_gdn2_fwd_intra_kernel, chunk_gdn2_fwd_wy
 __all__ = [
     "GDN2Dims",
     "validate_inputs",
+    "one_token_as_sequence",
     "compute_dtype",
     "gdn2_token_update",
     "recurrent_gdn2",

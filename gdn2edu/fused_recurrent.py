@@ -14,7 +14,7 @@ if not torch.cuda.is_available():
 import triton
 import triton.language as tl
 
-from gdn2edu.inputs import validate_inputs
+from gdn2edu.inputs import one_token_as_sequence, validate_inputs
 
 # Triton reads the switch when a kernel is defined; this is its reading of the variable's value
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
@@ -109,11 +109,6 @@ def fused_recurrent_gdn2_step(q, k, v, g, b, w, state=None, scale=None):
     q, k, g, b: [B, H, K]; v, w: [B, H, V]; state: [B, H, K, V] or None (zeros).
     Returns (o [B, H, V] in v's dtype, new state [B, H, K, V] in float32); ``state`` is left unchanged.
     """
-    named = dict(q=q, k=k, v=v, g=g, b=b, w=w)
-    for name, x in named.items():
-        if not isinstance(x, torch.Tensor) or x.dim() != 3:
-            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"{name} must be a 3-dim tensor [B, H, D] for one decoding step, got {shape}")
-    o, new_state = fused_recurrent_gdn2(*(x.unsqueeze(1) for x in named.values()), scale=scale,
+    o, new_state = fused_recurrent_gdn2(*one_token_as_sequence(q, k, v, g, b, w), scale=scale,
                                         initial_state=state, output_final_state=True)
     return o[:, 0], new_state

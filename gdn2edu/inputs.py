@@ -69,6 +69,17 @@ def validate_inputs(q, k, v, g, b, w, scale=None, initial_state=None) -> GDN2Dim
     return GDN2Dims(B, T, H, K, V, float(scale))
 
 
+def one_token_as_sequence(q, k, v, g, b, w):
+    """Check a decoding step's inputs (q, k, g, b: [B, H, K]; v, w: [B, H, V]) and return them as
+    sequences of one token, [B, 1, H, D], for the sequence functions to validate and run."""
+    named = dict(q=q, k=k, v=v, g=g, b=b, w=w)
+    for name, x in named.items():
+        if not isinstance(x, torch.Tensor) or x.dim() != 3:
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"{name} must be a 3-dim tensor [B, H, D] for one decoding step, got {shape}")
+    return tuple(x.unsqueeze(1) for x in named.values())
+
+
 def compute_dtype(*tensors) -> torch.dtype:
     """float64 if any given tensor is float64 (the oracle's precision), else float32."""
     return torch.float64 if any(t is not None and t.dtype == torch.float64 for t in tensors) else torch.float32

@@ -5,7 +5,7 @@
 
 import torch
 
-from gdn2edu.inputs import compute_dtype, validate_inputs
+from gdn2edu.inputs import compute_dtype, one_token_as_sequence, validate_inputs
 
 
 def gdn2_token_update(q, k, v, g, b, w, state):
@@ -53,11 +53,6 @@ def recurrent_gdn2_step(q, k, v, g, b, w, state=None, scale=None):
     Returns (o [B, H, V] in v's dtype, new state [B, H, K, V] in the compute dtype);
     ``state`` itself is left unchanged.
     """
-    named = dict(q=q, k=k, v=v, g=g, b=b, w=w)
-    for name, x in named.items():
-        if not isinstance(x, torch.Tensor) or x.dim() != 3:
-            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"{name} must be a 3-dim tensor [B, H, D] for one decoding step, got {shape}")
-    o, new_state = recurrent_gdn2(*(x.unsqueeze(1) for x in named.values()), scale=scale,
+    o, new_state = recurrent_gdn2(*one_token_as_sequence(q, k, v, g, b, w), scale=scale,
                                   initial_state=state, output_final_state=True)
     return o[:, 0], new_state
