@@ -7,10 +7,10 @@ from gdn2edu.inputs import GDN2Dims, validate_inputs, compute_dtype
 from gdn2edu.recurrence import gdn2_token_update, recurrent_gdn2, recurrent_gdn2_step
 from gdn2edu.family import family_gates
 from gdn2edu.chunk_system import ChunkFactors, chunk_factors, solve_chunk
-from gdn2edu.chunk import decay_ratios, WYFactors, wy_factors, chunk_gdn2_torch
+from gdn2edu.chunk import decay_ratios, WYFactors, wy_factors, split_chunks, merge_chunks, state_scan, chunk_gdn2_torch
 from gdn2edu.inverse import forward_substitution, block_inverse
-from gdn2edu.wy_backward import strict_lower, wy_chunk_backward, wy_backward_products, flops_wy_backward
-from gdn2edu.rewy import rewy_chunk_backward, rewy_backward_products, flops_rewy_backward
+from gdn2edu.wy_backward import strict_lower, wy_chunk_adjoints, wy_chunk_backward, wy_backward_products, flops_wy_backward
+from gdn2edu.rewy import rewy_chunk_adjoints, rewy_chunk_backward, rewy_backward_products, flops_rewy_backward
 from gdn2edu.fused_recurrent import fused_recurrent_gdn2, fused_recurrent_gdn2_step
 from gdn2edu.chunk_kernels import chunk_gdn2_fwd_intra_kernel, chunk_gdn2_fwd_wy_kernel, chunk_gdn2_fwd_scan_kernel, chunk_gdn2_fwd_output_kernel, chunk_gdn2, baseline_inputs
 
@@ -28,13 +28,18 @@ __all__ = [
     "decay_ratios",
     "WYFactors",
     "wy_factors",
+    "split_chunks",
+    "merge_chunks",
+    "state_scan",
     "chunk_gdn2_torch",
     "forward_substitution",
     "block_inverse",
     "strict_lower",
+    "wy_chunk_adjoints",
     "wy_chunk_backward",
     "wy_backward_products",
     "flops_wy_backward",
+    "rewy_chunk_adjoints",
     "rewy_chunk_backward",
     "rewy_backward_products",
     "flops_rewy_backward",
