@@ -7,10 +7,12 @@ from gdn2edu.inputs import GDN2Dims, validate_inputs, one_token_as_sequence, com
 from gdn2edu.recurrence import gdn2_token_update, recurrent_gdn2, recurrent_gdn2_step
 from gdn2edu.family import family_gates
 from gdn2edu.chunk_system import ChunkFactors, chunk_factors, solve_chunk
-from gdn2edu.chunk import decay_ratios, WYFactors, wy_factors, chunk_gdn2_torch
+from gdn2edu.chunk import decay_ratios, WYFactors, wy_factors, split_chunks, merge_chunks, state_scan, chunk_gdn2_torch
 from gdn2edu.inverse import forward_substitution, block_inverse
-from gdn2edu.wy_backward import strict_lower, wy_chunk_backward, wy_backward_products, flops_wy_backward
-from gdn2edu.rewy import rewy_chunk_backward, rewy_backward_products, flops_rewy_backward
+from gdn2edu.wy_backward import strict_lower, wy_chunk_adjoints, wy_chunk_backward, wy_backward_products, flops_wy_backward
+from gdn2edu.rewy import rewy_chunk_adjoints, rewy_chunk_backward, rewy_backward_products, flops_rewy_backward
+from gdn2edu.chunk_backward import reverse_state_scan, pairwise_pullback, chunk_gdn2_backward, ChunkGDN2Function
+from gdn2edu.matrix_intra import centered_pullback, subchunk_pullback, gram_free_scalar_gate, tied_gate_grads
 from gdn2edu.fused_recurrent import fused_recurrent_gdn2, fused_recurrent_gdn2_step
 from gdn2edu.chunk_kernels import chunk_gdn2_fwd_intra_kernel, chunk_gdn2_fwd_wy_kernel, chunk_gdn2_fwd_scan_kernel, chunk_gdn2_fwd_output_kernel, chunk_gdn2, baseline_inputs
 
@@ -29,16 +31,29 @@ __all__ = [
     "decay_ratios",
     "WYFactors",
     "wy_factors",
+    "split_chunks",
+    "merge_chunks",
+    "state_scan",
     "chunk_gdn2_torch",
     "forward_substitution",
     "block_inverse",
     "strict_lower",
+    "wy_chunk_adjoints",
     "wy_chunk_backward",
     "wy_backward_products",
     "flops_wy_backward",
+    "rewy_chunk_adjoints",
     "rewy_chunk_backward",
     "rewy_backward_products",
     "flops_rewy_backward",
+    "reverse_state_scan",
+    "pairwise_pullback",
+    "chunk_gdn2_backward",
+    "ChunkGDN2Function",
+    "centered_pullback",
+    "subchunk_pullback",
+    "gram_free_scalar_gate",
+    "tied_gate_grads",
     "fused_recurrent_gdn2",
     "fused_recurrent_gdn2_step",
     "chunk_gdn2_fwd_intra_kernel",

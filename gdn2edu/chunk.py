@@ -26,7 +26,8 @@ class WYFactors(NamedTuple):
     """What each chunk prepares without knowing its entering state.
 
     AE: [..., n, K], AZ: [..., n, V] the WY factors; Q_g: [..., n, K]; C_q = tril_<=(Q_g Y^T): [..., n, n];
-    kg = Y Diag(gamma_n), the keys decayed to the chunk's end: [..., n, K]; gamma_n: [..., K].
+    kg = Y Diag(gamma_n), the keys decayed to the chunk's end: [..., n, K]; gamma_n: [..., K];
+    A = (I + L)^{-1}: [..., n, n], which the backward of Chapter 6 needs.
     """
 
     AE: torch.Tensor
@@ -35,6 +36,7 @@ class WYFactors(NamedTuple):
     C_q: torch.Tensor
     kg: torch.Tensor
     gamma_n: torch.Tensor
+    A: torch.Tensor
 
 
 def wy_factors(q, k, v, g, b, w) -> WYFactors:
@@ -47,10 +49,10 @@ def wy_factors(q, k, v, g, b, w) -> WYFactors:
     M = torch.eye(n, dtype=L.dtype, device=L.device) + L
     gamma = G.exp()
     E, Z = b * k * gamma, w * v
-    AE_AZ = torch.linalg.solve_triangular(M, torch.cat([E, Z], dim=-1), upper=False, unitriangular=True)
-    AE, AZ = AE_AZ.split([E.shape[-1], Z.shape[-1]], dim=-1)
+    A = torch.linalg.solve_triangular(M, torch.eye(n, dtype=M.dtype, device=M.device), upper=False,
+                                      unitriangular=True)
     kg = k * (G[..., -1:, :] - G).exp()
-    return WYFactors(AE, AZ, q * gamma, C_q, kg, gamma[..., -1, :])
+    return WYFactors(A @ E, A @ Z, q * gamma, C_q, kg, gamma[..., -1, :], A)
 
 
 def _check_chunk_size(chunk_size):
@@ -59,32 +61,62 @@ def _check_chunk_size(chunk_size):
         raise ValueError(f"chunk_size must be a positive power of two, got {chunk_size!r}")
 
 
+def split_chunks(x, chunk_size, dtype):
+    """[B, T, H, D] -> [B, H, N, n, D] in dtype, N = ceil(T / n), the tail padded with zeros."""
+    B, T, H, D = x.shape
+    num_chunks = -(-T // chunk_size)
+    x = torch.nn.functional.pad(x.to(dtype).transpose(1, 2), (0, 0, 0, num_chunks * chunk_size - T))
+    return x.reshape(B, H, num_chunks, chunk_size, D)
+
+
+def merge_chunks(x, T):
+    """[B, H, N, n, D] -> [B, T, H, D]: the inverse of ``split_chunks``, padding dropped."""
+    B, H, N, n, D = x.shape
+    return x.reshape(B, H, N * n, D)[:, :, :T].transpose(1, 2)
+
+
+def state_scan(f: WYFactors, S):
+    """The sequential part: chunk by chunk from the entering state S [B, H, K, V].
+
+    f: the WY factors of all chunks, [B, H, N, ...]. Returns (O [B, H, N, n, V], R [B, H, N, n, V],
+    states [B, H, N + 1, K, V]: the state entering each chunk, then the final state).
+    """
+    outputs, corrections, states = [], [], [S]
+    for c in range(f.AE.shape[2]):                               # the only sequential loop: T / n steps
+        R = f.AZ[:, :, c] - f.AE[:, :, c] @ S                    # corrections of chunk c
+        outputs.append(f.Q_g[:, :, c] @ S + f.C_q[:, :, c] @ R)
+        S = f.gamma_n[:, :, c, :, None] * S + f.kg[:, :, c].mT @ R
+        corrections.append(R)
+        states.append(S)
+    return torch.stack(outputs, dim=2), torch.stack(corrections, dim=2), torch.stack(states, dim=2)
+
+
+BACKWARDS = ("autograd", "wy", "rewy")
+
+
 def chunk_gdn2_torch(q, k, v, g, b, w, scale=None, initial_state=None, output_final_state=False,
-                     chunk_size=64):
+                     chunk_size=64, backward="autograd"):
     """Gated DeltaNet-2 by chunks in plain PyTorch: same call and results as ``recurrent_gdn2``.
 
     q, k, g, b: [B, T, H, K]; v, w: [B, T, H, V]; initial_state: [B, H, K, V] or None (zeros);
     scale: None for K ** -0.5; chunk_size: a positive power of two. Any T: the last chunk is padded with
     tokens k = 0, g = 0 that leave the state unchanged. Computes in float64 if any input is float64,
-    else float32; differentiable by autograd.
+    else float32. backward: "autograd" (PyTorch differentiates this code), "wy" or "rewy" (the explicit
+    reverse algorithm of Chapter 6 with the 7-product or the 3-product local pullback).
     Returns (o [B, T, H, V] in v's dtype, final state [B, H, K, V] in the compute dtype or None).
     """
     dims = validate_inputs(q, k, v, g, b, w, scale, initial_state)
     _check_chunk_size(chunk_size)
+    if backward not in BACKWARDS:
+        raise ValueError(f"backward must be one of {BACKWARDS}, got {backward!r}")
+    if backward != "autograd":
+        from gdn2edu.chunk_backward import ChunkGDN2Function   # Chapter 6 builds on this module
+        o, S = ChunkGDN2Function.apply(q, k, v, g, b, w, initial_state, dims.scale, chunk_size, backward)
+        return o, (S if output_final_state else None)
     dtype = compute_dtype(q, k, v, g, b, w, initial_state)
-    B, T, H, V, n = dims.B, dims.T, dims.H, dims.V, chunk_size
-    num_chunks = -(-T // n)
-
-    def chunked(x):                                              # [B, T, H, D] -> [B, H, N, n, D]
-        x = torch.nn.functional.pad(x.to(dtype).transpose(1, 2), (0, 0, 0, num_chunks * n - T))
-        return x.reshape(B, H, num_chunks, n, x.shape[-1])
-
-    f = wy_factors(chunked(q) * dims.scale, *(chunked(x) for x in (k, v, g, b, w)))
-    S = q.new_zeros(B, H, dims.K, V, dtype=dtype) if initial_state is None else initial_state.to(dtype)
-    outputs = []
-    for c in range(num_chunks):                                  # the only sequential loop: T / n steps
-        R = f.AZ[:, :, c] - f.AE[:, :, c] @ S                    # corrections of chunk c
-        outputs.append(f.Q_g[:, :, c] @ S + f.C_q[:, :, c] @ R)
-        S = f.gamma_n[:, :, c, :, None] * S + f.kg[:, :, c].mT @ R
-    o = torch.stack(outputs, dim=2).reshape(B, H, num_chunks * n, V)[:, :, :T]
-    return o.transpose(1, 2).to(v.dtype), (S if output_final_state else None)
+    f = wy_factors(split_chunks(q, chunk_size, dtype) * dims.scale,
+                   *(split_chunks(x, chunk_size, dtype) for x in (k, v, g, b, w)))
+    S = q.new_zeros(dims.B, dims.H, dims.K, dims.V, dtype=dtype) if initial_state is None \
+        else initial_state.to(dtype)
+    O, _, states = state_scan(f, S)
+    return merge_chunks(O, dims.T).to(v.dtype), (states[:, :, -1] if output_final_state else None)

@@ -6,6 +6,18 @@
 from gdn2edu.wy_backward import _check_sizes, _matmul_flops, strict_lower
 
 
+def rewy_chunk_adjoints(A, E, S, R, R_bar):
+    """ReWY's three products: everything except the interaction products with Y and E.
+
+    A: [..., n, n]; E: [..., n, d_k]; S: [..., d_k, d_v]; R, R_bar: [..., n, d_v].
+    Returns (Z_bar, E_dir, D, S_bar): Z_bar = P = A^T R_bar, E_dir = -P S^T, D = -L_<(P R^T) [..., n, n]
+    the adjoint of L = L_<(E Y^T), and S_bar = -E^T P.
+    """
+    P = A.transpose(-1, -2) @ R_bar                                   # product 1
+    D = -strict_lower(P @ R.transpose(-1, -2))                        # product 2
+    return P, -P @ S.transpose(-1, -2), D, -E.transpose(-1, -2) @ P   # product 3: P S^T
+
+
 def rewy_chunk_backward(A, E, Y, S, R, R_bar):
     """Adjoints of one chunk by ReWY's shared sensitivity P = A^T R_bar.
 
@@ -13,10 +25,8 @@ def rewy_chunk_backward(A, E, Y, S, R, R_bar):
     R: [..., n, d_v], the forward's corrections; R_bar: [..., n, d_v], their adjoint.
     Returns (Z_bar, E_bar, Y_bar, S_bar) with the shapes of Z, E, Y, S.
     """
-    P = A.transpose(-1, -2) @ R_bar                                   # product 1
-    D = -strict_lower(P @ R.transpose(-1, -2))                        # product 2
-    E_bar = -P @ S.transpose(-1, -2) + D @ Y                          # product 3 (+ interaction)
-    return P, E_bar, D.transpose(-1, -2) @ E, -E.transpose(-1, -2) @ P
+    Z_bar, E_dir, D, S_bar = rewy_chunk_adjoints(A, E, S, R, R_bar)
+    return Z_bar, E_dir + D @ Y, D.transpose(-1, -2) @ E, S_bar
 
 
 def rewy_backward_products(n, d_k, d_v):

@@ -11,12 +11,12 @@ def strict_lower(x):
     return torch.tril(x, diagonal=-1)
 
 
-def wy_chunk_backward(A, E, Y, Z, S, R_bar):
-    """Adjoints of one chunk by the expanded 7-product WY graph.
+def wy_chunk_adjoints(A, E, Z, S, R_bar):
+    """The 7-product graph up to the mask: everything except the interaction products with Y and E.
 
-    A: [..., n, n] = (I + L_<(E Y^T))^{-1}; E, Y: [..., n, d_k]; Z: [..., n, d_v]; S: [..., d_k, d_v];
-    R_bar: [..., n, d_v], the adjoint of the corrections R = A Z - (A E) S.
-    Returns (Z_bar, E_bar, Y_bar, S_bar) with the shapes of Z, E, Y, S.
+    A: [..., n, n]; E: [..., n, d_k]; Z: [..., n, d_v]; S: [..., d_k, d_v]; R_bar: [..., n, d_v].
+    Returns (Z_bar, E_dir, L_bar, S_bar): E_dir [..., n, d_k] is E's adjoint through E S, and
+    L_bar = L_<(-A^T A_bar A^T) [..., n, n] is the adjoint of L = L_<(E Y^T).
     """
     At = A.transpose(-1, -2)
     F_bar = -R_bar @ S.transpose(-1, -2)                                            # product 1
@@ -24,8 +24,18 @@ def wy_chunk_backward(A, E, Y, Z, S, R_bar):
     M_bar = -(At @ A_bar) @ At                                                      # products 4, 5
     Z_bar = At @ R_bar                                                              # product 6
     E_dir = At @ F_bar                                                              # product 7
-    L_bar = strict_lower(M_bar)
     S_bar = -(A @ E).transpose(-1, -2) @ R_bar
+    return Z_bar, E_dir, strict_lower(M_bar), S_bar
+
+
+def wy_chunk_backward(A, E, Y, Z, S, R_bar):
+    """Adjoints of one chunk by the expanded 7-product WY graph.
+
+    A: [..., n, n] = (I + L_<(E Y^T))^{-1}; E, Y: [..., n, d_k]; Z: [..., n, d_v]; S: [..., d_k, d_v];
+    R_bar: [..., n, d_v], the adjoint of the corrections R = A Z - (A E) S.
+    Returns (Z_bar, E_bar, Y_bar, S_bar) with the shapes of Z, E, Y, S.
+    """
+    Z_bar, E_dir, L_bar, S_bar = wy_chunk_adjoints(A, E, Z, S, R_bar)
     return Z_bar, E_dir + L_bar @ Y, L_bar.transpose(-1, -2) @ E, S_bar
 
 
