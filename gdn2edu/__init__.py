@@ -13,6 +13,7 @@ from gdn2edu.wy_backward import strict_lower, wy_chunk_backward, wy_backward_pro
 from gdn2edu.rewy import rewy_chunk_backward, rewy_backward_products, flops_rewy_backward
 from gdn2edu.fused_recurrent import fused_recurrent_gdn2, fused_recurrent_gdn2_step
 from gdn2edu.chunk_kernels import chunk_gdn2_fwd_intra_kernel, chunk_gdn2_fwd_wy_kernel, chunk_gdn2_fwd_scan_kernel, chunk_gdn2_fwd_output_kernel, chunk_gdn2, baseline_inputs
+from gdn2edu.bench import forward_kernel_costs, roofline_time_ms, amdahl_speedup, measure_ms, kernel_times, forward_breakdown, measure_ceilings, chunk_implementation, time_forward_backward, decode_implementation, parse_shapes, provenance, build_parser, plan_benchmark, run_benchmark, format_tables, main
 
 __all__ = [
     "GDN2Dims",
@@ -46,4 +47,21 @@ __all__ = [
     "chunk_gdn2_fwd_output_kernel",
     "chunk_gdn2",
     "baseline_inputs",
+    "forward_kernel_costs",
+    "roofline_time_ms",
+    "amdahl_speedup",
+    "measure_ms",
+    "kernel_times",
+    "forward_breakdown",
+    "measure_ceilings",
+    "chunk_implementation",
+    "time_forward_backward",
+    "decode_implementation",
+    "parse_shapes",
+    "provenance",
+    "build_parser",
+    "plan_benchmark",
+    "run_benchmark",
+    "format_tables",
+    "main",
 ]
