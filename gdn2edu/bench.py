@@ -116,11 +116,10 @@ FORWARD_KERNELS = {"intra": "chunk_gdn2_fwd_intra_kernel", "wy": "chunk_gdn2_fwd
                    "scan": "chunk_gdn2_fwd_scan_kernel", "output": "chunk_gdn2_fwd_output_kernel"}
 
 
-def forward_breakdown(B, T, H, K=128, V=128, dtype=torch.bfloat16, repeats=20):
-    """Per-kernel device time (ms) of one chunk_gdn2 forward on realistic inputs: {"intra", "wy", "scan",
-    "output", "other"} (other: everything else the profiler saw, e.g. copies). CUDA only."""
-    inputs = baseline_inputs(B, T, H, K, V, dtype=dtype)
-    times = kernel_times(lambda: gdn2edu.chunk_gdn2(*inputs), repeats)
+def forward_breakdown(q, k, v, g, b, w, repeats=20):
+    """Per-kernel device time (ms) of one chunk_gdn2 forward of these inputs (shapes as chunk_gdn2 takes them):
+    {"intra", "wy", "scan", "output", "other"} (other: all else the profiler saw, e.g. copies). CUDA only."""
+    times = kernel_times(lambda: gdn2edu.chunk_gdn2(q, k, v, g, b, w), repeats)
     row = {short: sum(ms for name, ms in times.items() if full in name) for short, full in FORWARD_KERNELS.items()}
     row["other"] = sum(times.values()) - sum(row.values())
     return row
@@ -198,11 +197,12 @@ def time_forward_backward(fn, inputs, warmup=25, rep=100):
         row["peak_mib"] = _peak_mib(lambda: fn(*inputs), inputs[0].device)
         return row
     do = torch.randn_like(o)
-    row["bwd_ms"] = measure_ms(lambda: torch.autograd.grad(o, leaves, do, retain_graph=True), warmup, rep)
+    row["bwd_ms"] = measure_ms(lambda: torch.autograd.grad(o, leaves, do, retain_graph=True, allow_unused=True),
+                               warmup, rep)
     del o
 
     def step():
-        return torch.autograd.grad(fn(*leaves)[0], leaves, do)
+        return torch.autograd.grad(fn(*leaves)[0], leaves, do, allow_unused=True)
     row["fwdbwd_ms"] = measure_ms(step, warmup, rep)
     row["peak_mib"] = _peak_mib(step, inputs[0].device)
     return row
@@ -322,6 +322,7 @@ def build_parser():
                                    f"{','.join(IMPLEMENTATIONS)} (default: all on a GPU; no torch_compile on the CPU)")
     p.add_argument("--parts", default=",".join(PARTS), help="what to measure (default: %(default)s)")
     p.add_argument("--decode-batches", default=None, help="batch sizes of the decode step (default 1,64; CPU 1)")
+    p.add_argument("--decode-impls", default="gdn2edu,fla,torch", help="decode steps to time (default: %(default)s)")
     p.add_argument("--scaling-tokens", type=int, default=16384, help="B*T held fixed in the T sweep")
     p.add_argument("--scaling-T", default="256,1024,4096,16384", help="T values of the sweep at fixed B*T")
     p.add_argument("--scaling-bh-T", type=int, default=2048, help="T of the sweep over B*H")
@@ -366,10 +367,11 @@ def plan_benchmark(args, result):
     gpu = torch.device(device).type == "cuda"
     K = args.K or (128 if gpu else 64)
     V = args.V or K
-    shapes = parse_shapes(args.shapes) if args.shapes else (STANDARD_SHAPES if gpu else CPU_SHAPES)
+    shapes = parse_shapes(args.shapes) if args.shapes is not None else (STANDARD_SHAPES if gpu else CPU_SHAPES)
     impls = _choices(args.impls or ",".join(IMPLEMENTATIONS[:None if gpu else 3]), IMPLEMENTATIONS, "--impls")
     parts = _choices(args.parts, PARTS, "--parts")
     batches = _int_list(args.decode_batches or ("1,64" if gpu else "1"))
+    decoders = _choices(args.decode_impls, ("gdn2edu", "fla", "torch"), "--decode-impls")
     scaling_T = _int_list(args.scaling_T)
     if any(args.scaling_tokens % T for T in scaling_T):
         raise ValueError(f"every --scaling-T must divide --scaling-tokens {args.scaling_tokens}, got {scaling_T}")
@@ -383,7 +385,7 @@ def plan_benchmark(args, result):
             cache[(B, T, H)] = baseline_inputs(B, T, H, K, V, dtype=dtype, device=device)
         return cache[(B, T, H)]
 
-    steps = []
+    steps, compile_steps = [], []          # torch.compile steps go last: their compiles may eat the budget
     if "ceilings" in parts:
         steps.append(("ceilings", lambda: result.update(ceilings=measure_ceilings(device, args.warmup, args.rep)),
                       None))
@@ -408,11 +410,13 @@ def plan_benchmark(args, result):
                     raise
                 except Exception as err:       # compile errors, out of memory: report and go on
                     row["status"] = _status(err)
-            limit = args.compile_timeout if name == "torch_compile" else None
-            steps.append((f"forward {B}x{T}x{H} {name}", step, limit))
+            if name == "torch_compile":
+                compile_steps.append((f"forward {B}x{T}x{H} {name}", step, args.compile_timeout))
+            else:
+                steps.append((f"forward {B}x{T}x{H} {name}", step, None))
     for batch in batches if "decode" in parts else ():
         H = shapes[0][2]
-        for name in ("gdn2edu", "fla", "torch"):
+        for name in decoders:
             def step(batch=batch, H=H, name=name):
                 row = {"B": batch, "T": 1, "H": H, "K": K, "V": V, "impl": name}
                 result["decode"].append(row)
@@ -442,13 +446,13 @@ def plan_benchmark(args, result):
                 row["status"] = "needs a GPU (per-kernel times of the Triton forward)"
                 return
             try:
-                row["kernels_ms"] = forward_breakdown(B, T, H, K, V, dtype)
                 x = inputs(B, T, H)
+                row["kernels_ms"] = forward_breakdown(*x)
                 row.update(ms=measure_ms(lambda: gdn2edu.chunk_gdn2(*x), args.warmup, args.rep), status="ok")
             except Exception as err:
                 row["status"] = _status(err)
         steps.append((f"{key} {B}x{T}x{H}", step, None))
-    return steps
+    return steps + compile_steps
 
 
 def run_benchmark(argv=None):
@@ -520,7 +524,7 @@ def format_tables(result):
                 lines.append(f"{shape:>22} " + " ".join(f"{ms:8.3f}" for ms in r["kernels_ms"].values())
                              + f" {r['ms']:9.3f}")
     if result["skipped"]:
-        lines += ["", "not measured (budget spent): " + "; ".join(result["skipped"])]
+        lines += ["", "not measured, or interrupted (budget or time limit spent): " + "; ".join(result["skipped"])]
     return "\n".join(lines)
 
 
