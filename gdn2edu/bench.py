@@ -36,7 +36,8 @@ def forward_kernel_costs(B, T, H, K, V, chunk=64, dtype_bytes=2):
     Counts the tile products (``tl.dot``) and the forward substitution as written (dense tiles), not the
     elementwise work; bytes are the tensors each kernel loads and stores, each element once (dtype_bytes for
     q, k, v, b, w, o and the stored intermediates; float32 for g, A, Aqk, gamma_n). The scan's programs of one
-    head (one per value block) all read the same AE and kg tiles: counted once, as L2 serves the repeats. T must be a multiple of ``chunk``. Returns {kernel: {"flops": int, "bytes": int}}.
+    head (one per value block) all read the same AE and kg tiles: counted once, as L2 serves the repeats.
+    T must be a multiple of ``chunk``. Returns {kernel: {"flops": int, "bytes": int}}.
     """
     for name, value in dict(B=B, T=T, H=H, K=K, V=V, chunk=chunk, dtype_bytes=dtype_bytes).items():
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -501,7 +502,8 @@ def format_tables(result):
         lines.append(f"ceilings: copy {c['copy_bytes_per_s'] / 1e12:.3f} TB/s (read + write), "
                      f"{c['matmul_dtype']} matmul {c['matmul_flops_per_s'] / 1e12:.1f} TFLOP/s")
     if result["forward"]:
-        lines += ["", f"{'B x T x H':>14} {'impl':>14} {'fwd ms':>9} {'bwd ms':>9} {'fwd+bwd':>9} {'peak MiB':>9}  status"]
+        lines += ["", f"{'B x T x H':>14} {'impl':>14} {'fwd ms':>9} {'bwd ms':>9} {'fwd+bwd':>9} "
+                      f"{'peak MiB':>9}  status"]
         for r in result["forward"]:
             status = r["status"] if r["status"] != "ok" else ("ok" if r["backward"] == "ok" else
                                                                "backward " + r["backward"])
