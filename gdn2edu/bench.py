@@ -143,12 +143,14 @@ def measure_ceilings(device, warmup=25, rep=100):
 
 
 def _fla_ops():
-    """FLA's (chunk_gdn2, fused_recurrent_gdn2) when flash-linear-attention is installed, else (None, None)."""
+    """FLA's {"chunk": chunk_gdn2, "decode": fused_recurrent_gdn2}, or a string saying why they are absent."""
     try:
         from fla.ops.gdn2 import chunk_gdn2, fused_recurrent_gdn2
-    except Exception:                    # not installed, or an install that fails to import: both mean "absent"
-        return None, None
-    return chunk_gdn2, fused_recurrent_gdn2
+    except ImportError:
+        return "not installed (fla.ops.gdn2)"
+    except Exception as err:             # an install that fails to import: say how
+        return f"failed to import fla.ops.gdn2: {type(err).__name__}: {err}"
+    return {"chunk": chunk_gdn2, "decode": fused_recurrent_gdn2}
 
 
 IMPLEMENTATIONS = ("gdn2edu", "fla", "torch", "torch_compile")
@@ -161,10 +163,10 @@ def chunk_implementation(name, device):
     if name == "gdn2edu":
         return gdn2edu.chunk_gdn2 if gpu else "needs a GPU (Triton kernels)"
     if name == "fla":
-        fla_chunk = _fla_ops()[0]
-        if fla_chunk is None:
-            return "not installed (fla.ops.gdn2)"
-        return fla_chunk if gpu else "needs a GPU (Triton kernels)"
+        fla = _fla_ops()
+        if isinstance(fla, str):
+            return fla
+        return fla["chunk"] if gpu else "needs a GPU (Triton kernels)"
     if name == "torch":
         return gdn2edu.chunk_gdn2_torch
     if name == "torch_compile":
@@ -219,12 +221,12 @@ def decode_implementation(name, device):
         return lambda q, k, v, g, b, w, S: gdn2edu.fused_recurrent_gdn2(q, k, v, g, b, w, initial_state=S,
                                                                           output_final_state=True)
     if name == "fla":
-        fla_step = _fla_ops()[1]
-        if fla_step is None:
-            return "not installed (fla.ops.gdn2)"
+        fla = _fla_ops()
+        if isinstance(fla, str):
+            return fla
         if not gpu:
             return "needs a GPU (Triton kernel)"
-        return lambda q, k, v, g, b, w, S: fla_step(q, k, v, g, b, w, initial_state=S, output_final_state=True)
+        return lambda q, k, v, g, b, w, S: fla["decode"](q, k, v, g, b, w, initial_state=S, output_final_state=True)
     if name == "torch":
         return lambda q, k, v, g, b, w, S: gdn2edu.recurrent_gdn2_step(q[:, 0], k[:, 0], v[:, 0], g[:, 0],
                                                                        b[:, 0], w[:, 0], state=S)
