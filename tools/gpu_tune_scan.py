@@ -15,6 +15,7 @@ import triton.testing
 import gdn2edu
 from gdn2edu import chunk_kernels
 
+from gdn2edu.bench import kernel_times
 from gdn2edu.chunk_kernels import baseline_inputs
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
@@ -78,21 +79,6 @@ def main(argv=None):
         for name, ms in kernel_times(lambda: gdn2edu.chunk_gdn2(*inputs)).items():
             print(f"  {name:40s} {ms:.3f} ms")
     return 0
-
-
-def kernel_times(fn, repeats=20):
-    """{kernel name: mean device time in ms per call}, from the torch profiler."""
-    fn()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(repeats):
-            fn()
-        torch.cuda.synchronize()
-    totals = {}
-    for event in prof.events():
-        if event.device_type == torch.autograd.DeviceType.CUDA:
-            totals[event.name] = totals.get(event.name, 0.0) + event.device_time / 1e3 / repeats
-    return dict(sorted(totals.items(), key=lambda item: -item[1]))
 
 
 if __name__ == "__main__":

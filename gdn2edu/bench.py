@@ -1,0 +1,547 @@
+# Generated from chapters/11_profiling.md by tools/tangle.py.
+# Edit the chapter, not this file: `python tools/tangle.py` rewrites it.
+
+"""Profiling gdn2edu's kernels: FLOP and byte counts, ceilings, timings, a command-line benchmark."""
+
+import argparse
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")   # before triton is imported (by gdn2edu below)
+
+import gdn2edu
+from gdn2edu.chunk_kernels import baseline_inputs
+
+
+def _dot(m, n, k):
+    """FLOPs of an [m, k] x [k, n] product: one multiply and one add per term."""
+    return 2 * m * n * k
+
+
+def forward_kernel_costs(B, T, H, K, V, chunk=64, dtype_bytes=2):
+    """FLOPs and HBM bytes of chunk_gdn2's four forward kernels, counted from their code (Chapter 9).
+
+    Counts the tile products (``tl.dot``) and the forward substitution as written (dense tiles), not the
+    elementwise work; bytes are the tensors each kernel loads and stores, each element once (dtype_bytes for
+    q, k, v, b, w, o and the stored intermediates; float32 for g, A, Aqk, gamma_n). The scan's programs of one
+    head (one per value block) all read the same AE and kg tiles: counted once, as L2 serves the repeats.
+    T must be a multiple of ``chunk``. Returns {kernel: {"flops": int, "bytes": int}}.
+    """
+    for name, value in dict(B=B, T=T, H=H, K=K, V=V, chunk=chunk, dtype_bytes=dtype_bytes).items():
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if chunk % 4 or T % chunk:
+        raise ValueError(f"T must be a multiple of chunk and chunk of 4, got T = {T}, chunk = {chunk}")
+    n, c, d, f32 = chunk, chunk // 4, dtype_bytes, 4
+    units = B * H * (T // n)                                    # (chunk, head) pairs
+    rows = n * units                                            # (token, head) pairs
+    intra_flops = (20 * _dot(c, c, K)                           # 10 block pairs x (E Y^T, Q Y^T)
+                   + 4 * (c - 1) * 2 * c * c                    # 4 diagonal blocks, row by row
+                   + 16 * _dot(c, c, c))                        # the six blocks below the diagonal
+    costs = {
+        "intra": {"flops": units * intra_flops,
+                  "bytes": rows * K * (3 * d + f32) + units * 2 * 10 * c * c * f32},
+        "wy": {"flops": units * (_dot(n, K, n) + _dot(n, V, n)),
+               "bytes": units * n * n * f32 + rows * K * (3 * d + f32) + rows * V * 2 * d     # A, q k b g, v w
+               + rows * (3 * K + V) * d + units * K * f32},                                 # AE kg Q_g AZ, gamma_n
+        "scan": {"flops": units * (_dot(n, V, K) + _dot(K, V, n)),
+                 "bytes": rows * (2 * K + V) * d + units * K * f32                         # AE kg AZ, gamma_n
+                 + rows * V * d + units * K * V * d},                                      # R, h
+        "output": {"flops": units * (_dot(n, V, K) + _dot(n, V, n)),
+                   "bytes": rows * K * d + units * K * V * d + rows * V * d + units * n * n * f32  # Q_g h R Aqk
+                   + rows * V * d},                                                       # o
+    }
+    return costs
+
+
+def roofline_time_ms(flops, nbytes, flops_per_s, bytes_per_s):
+    """The roofline's lower bound on a kernel's time: max(FLOPs / peak rate, bytes / peak bandwidth), in ms."""
+    return 1e3 * max(flops / flops_per_s, nbytes / bytes_per_s)
+
+
+def amdahl_speedup(f, s):
+    """Whole-program speedup 1 / (1 - f + f / s) when a fraction f of the time is made s times faster."""
+    if not 0.0 <= f <= 1.0:
+        raise ValueError(f"f must be a fraction in [0, 1], got {f!r}")
+    if not s > 0:
+        raise ValueError(f"s must be a positive speedup, got {s!r}")
+    return 1.0 / (1.0 - f + f / s)
+
+
+def measure_ms(fn, warmup=25, rep=100):
+    """Median time of fn() in ms: ``triton.testing.do_bench`` on a GPU; on the CPU, the median of as many
+    calls as fit in ``rep`` ms (at least 3) after ``warmup`` ms of calls."""
+    if torch.cuda.is_available():
+        import triton.testing
+        return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+    times, deadline = [], time.perf_counter() + warmup / 1e3
+    fn()
+    while time.perf_counter() < deadline:
+        fn()
+    deadline = time.perf_counter() + rep / 1e3
+    while len(times) < 3 or time.perf_counter() < deadline:
+        start = time.perf_counter()
+        fn()
+        times.append(1e3 * (time.perf_counter() - start))
+    return sorted(times)[len(times) // 2]
+
+
+def kernel_times(fn, repeats=20):
+    """{kernel name: mean device time in ms per call of fn}, from the torch profiler (CUDA only)."""
+    fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(repeats):
+            fn()
+        torch.cuda.synchronize()
+    totals = {}
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            totals[event.name] = totals.get(event.name, 0.0) + event.device_time / 1e3 / repeats
+    return dict(sorted(totals.items(), key=lambda item: -item[1]))
+
+
+FORWARD_KERNELS = {"intra": "chunk_gdn2_fwd_intra_kernel", "wy": "chunk_gdn2_fwd_wy_kernel",
+                   "scan": "chunk_gdn2_fwd_scan_kernel", "output": "chunk_gdn2_fwd_output_kernel"}
+
+
+def forward_breakdown(q, k, v, g, b, w, repeats=20):
+    """Per-kernel device time (ms) of one chunk_gdn2 forward of these inputs (shapes as chunk_gdn2 takes them):
+    {"intra", "wy", "scan", "output", "other"} (other: all else the profiler saw, e.g. copies). CUDA only."""
+    times = kernel_times(lambda: gdn2edu.chunk_gdn2(q, k, v, g, b, w), repeats)
+    row = {short: sum(ms for name, ms in times.items() if full in name) for short, full in FORWARD_KERNELS.items()}
+    row["other"] = sum(times.values()) - sum(row.values())
+    return row
+
+
+def measure_ceilings(device, warmup=25, rep=100):
+    """The device's own ceilings: copy bandwidth (bytes read + written per s) of a 1 GiB (GPU) or 64 MiB (CPU)
+    tensor, and the matmul rate (FLOP/s) of bf16 8192^3 on a GPU or float32 1024^3 on the CPU."""
+    gpu = torch.device(device).type == "cuda"
+    numel = (1 << 30 if gpu else 1 << 26) // 4
+    src = torch.randn(numel, device=device)
+    dst = torch.empty_like(src)
+    copy_ms = measure_ms(lambda: dst.copy_(src), warmup, rep)
+    n, dtype = (8192, torch.bfloat16) if gpu else (1024, torch.float32)
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+    matmul_ms = measure_ms(lambda: a @ b, warmup, rep)
+    return {"copy_bytes_per_s": 2 * numel * 4 / (copy_ms / 1e3), "copy_mib": numel * 4 / 2**20,
+            "matmul_flops_per_s": 2 * n**3 / (matmul_ms / 1e3), "matmul_size": n,
+            "matmul_dtype": str(dtype).replace("torch.", "")}
+
+
+def _fla_ops():
+    """FLA's {"chunk": chunk_gdn2, "decode": fused_recurrent_gdn2}, or a string saying why they are absent."""
+    try:
+        from fla.ops.gdn2 import chunk_gdn2, fused_recurrent_gdn2
+    except ImportError:
+        return "not installed (fla.ops.gdn2)"
+    except Exception as err:             # an install that fails to import: say how
+        return f"failed to import fla.ops.gdn2: {type(err).__name__}: {err}"
+    return {"chunk": chunk_gdn2, "decode": fused_recurrent_gdn2}
+
+
+IMPLEMENTATIONS = ("gdn2edu", "fla", "torch", "torch_compile")
+
+
+def chunk_implementation(name, device):
+    """The chunked forward called ``name`` (one of IMPLEMENTATIONS) as a function (q, k, v, g, b, w) -> (o, state),
+    or a string saying why it cannot run here."""
+    gpu = torch.device(device).type == "cuda"
+    if name == "gdn2edu":
+        return gdn2edu.chunk_gdn2 if gpu else "needs a GPU (Triton kernels)"
+    if name == "fla":
+        fla = _fla_ops()
+        if isinstance(fla, str):
+            return fla
+        return fla["chunk"] if gpu else "needs a GPU (Triton kernels)"
+    if name == "torch":
+        return gdn2edu.chunk_gdn2_torch
+    if name == "torch_compile":
+        return torch.compile(gdn2edu.chunk_gdn2_torch, dynamic=False)
+    raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {name!r}")
+
+
+def _peak_mib(fn, device):
+    """Extra memory (MiB) allocated at the peak of one call of fn on a GPU; None on the CPU."""
+    if torch.device(device).type != "cuda":
+        return None
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 2**20
+
+
+def time_forward_backward(fn, inputs, warmup=25, rep=100):
+    """Forward, backward and forward+backward median times (ms) of a chunk function, and the peak memory of
+    one forward+backward (MiB, GPU only). The backward is the gradient onto all six inputs for a random
+    cotangent of o; it is detected, not assumed: if o carries no autograd graph, the backward fields are
+    None and "backward" says why. Returns a dict."""
+    row = {"fwd_ms": measure_ms(lambda: fn(*inputs), warmup, rep), "bwd_ms": None, "fwdbwd_ms": None,
+           "peak_mib": None, "backward": "ok"}
+    leaves = [x.detach().requires_grad_() for x in inputs]
+    o = fn(*leaves)[0]
+    if not o.requires_grad:
+        row["backward"] = "not available: the output carries no autograd graph"
+        row["peak_mib"] = _peak_mib(lambda: fn(*inputs), inputs[0].device)
+        return row
+    do = torch.randn_like(o)
+    row["bwd_ms"] = measure_ms(lambda: torch.autograd.grad(o, leaves, do, retain_graph=True, allow_unused=True),
+                               warmup, rep)
+    del o
+
+    def step():
+        return torch.autograd.grad(fn(*leaves)[0], leaves, do, allow_unused=True)
+    row["fwdbwd_ms"] = measure_ms(step, warmup, rep)
+    row["peak_mib"] = _peak_mib(step, inputs[0].device)
+    return row
+
+
+def decode_implementation(name, device):
+    """One decode step (T = 1, with a state) called ``name`` in ("gdn2edu", "fla", "torch"), as a function
+    (q, k, v, g, b, w, state) of [B, 1, H, *] inputs and a [B, H, K, V] state, or why it cannot run here."""
+    gpu = torch.device(device).type == "cuda"
+    if name == "gdn2edu":
+        if not gpu:
+            return "needs a GPU (Triton kernel)"
+        return lambda q, k, v, g, b, w, S: gdn2edu.fused_recurrent_gdn2(q, k, v, g, b, w, initial_state=S,
+                                                                          output_final_state=True)
+    if name == "fla":
+        fla = _fla_ops()
+        if isinstance(fla, str):
+            return fla
+        if not gpu:
+            return "needs a GPU (Triton kernel)"
+        return lambda q, k, v, g, b, w, S: fla["decode"](q, k, v, g, b, w, initial_state=S, output_final_state=True)
+    if name == "torch":
+        return lambda q, k, v, g, b, w, S: gdn2edu.recurrent_gdn2_step(q[:, 0], k[:, 0], v[:, 0], g[:, 0],
+                                                                       b[:, 0], w[:, 0], state=S)
+    raise ValueError(f"decode implementation must be gdn2edu, fla or torch, got {name!r}")
+
+
+STANDARD_SHAPES = ((1, 8192, 16), (4, 2048, 16), (8, 1024, 16), (2, 8192, 16))   # (B, T, H), K = V = 128
+CPU_SHAPES = ((1, 256, 2),)                                                        # with K = V = 64
+
+
+def parse_shapes(text):
+    """'1x8192x16,4x2048x16' -> ((1, 8192, 16), (4, 2048, 16)): comma-separated BxTxH with positive ints."""
+    shapes = []
+    for item in text.split(","):
+        parts = item.strip().lower().split("x")
+        if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise ValueError(f"shapes must be comma-separated BxTxH of positive ints, e.g. 1x8192x16; got {item!r}")
+        shapes.append(tuple(int(p) for p in parts))
+    return tuple(shapes)
+
+
+def _int_list(text):
+    values = [int(x) for x in text.split(",") if x.strip()]
+    if not values or min(values) <= 0:
+        raise ValueError(f"expected comma-separated positive ints, got {text!r}")
+    return values
+
+
+def provenance(device, commit=None, argv=()):
+    """Where and with what a result was measured: device name, driver, torch, triton, FLA, date, commit, command."""
+    import triton
+    gpu = torch.device(device).type == "cuda"
+    driver = None
+    if gpu:
+        try:
+            driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                    capture_output=True, text=True, timeout=30).stdout.strip().splitlines()[0]
+        except (OSError, IndexError, subprocess.SubprocessError):
+            driver = None
+    if commit is None:
+        try:
+            commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30,
+                                    cwd=Path(gdn2edu.__file__).resolve().parent, check=True).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            commit = "unknown"
+    try:
+        fla = importlib.metadata.version("fla-core")
+    except importlib.metadata.PackageNotFoundError:
+        fla = None
+    return {"device": torch.cuda.get_device_name(device) if gpu else (platform.processor() or platform.machine()),
+            "device_type": "cuda" if gpu else "cpu", "driver": driver, "torch": torch.__version__,
+            "triton": triton.__version__, "fla": fla, "commit": commit,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "command": " ".join(["python -m gdn2edu.bench", *argv])}
+
+
+class _OutOfTime(BaseException):          # not caught by libraries' "except Exception"
+    pass
+
+
+def _alarm(signum, frame):
+    raise _OutOfTime()
+
+
+def _run_step(step, seconds):
+    """Run step(), interrupted after ``seconds`` (SIGALRM, where the platform and thread allow it)."""
+    armed = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    if armed:
+        previous = signal.signal(signal.SIGALRM, _alarm)
+        signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.01))
+    try:
+        step()
+    finally:
+        if armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+PARTS = ("ceilings", "forward", "decode", "breakdown", "scaling")
+
+
+def build_parser():
+    """The command line of ``python -m gdn2edu.bench``."""
+    p = argparse.ArgumentParser(
+        prog="python -m gdn2edu.bench",
+        description="Time GDN2's chunked forward/backward, decode steps and per-kernel breakdown on this device; "
+                    "write a table to stdout and, with --out, a JSON file with the provenance.")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--shapes", help="comma-separated BxTxH (default: 1x8192x16,4x2048x16,8x1024x16,2x8192x16 "
+                                    "on a GPU, 1x256x2 on the CPU)")
+    p.add_argument("--K", type=int, help="key head dim (default 128 on a GPU, 64 on the CPU)")
+    p.add_argument("--V", type=int, help="value head dim (default as K)")
+    p.add_argument("--dtype", default="bf16", choices=sorted(_DTYPES))
+    p.add_argument("--impls", help="chunked implementations to time, in this order, from "
+                                   f"{','.join(IMPLEMENTATIONS)} (default: all on a GPU; no torch_compile on the CPU)")
+    p.add_argument("--parts", default=",".join(PARTS), help="what to measure (default: %(default)s)")
+    p.add_argument("--decode-batches", default=None, help="batch sizes of the decode step (default 1,64; CPU 1)")
+    p.add_argument("--decode-impls", default="gdn2edu,fla,torch", help="decode steps to time (default: %(default)s)")
+    p.add_argument("--scaling-tokens", type=int, default=16384, help="B*T held fixed in the T sweep")
+    p.add_argument("--scaling-T", default="256,1024,4096,16384", help="T values of the sweep at fixed B*T")
+    p.add_argument("--scaling-bh-T", type=int, default=2048, help="T of the sweep over B*H")
+    p.add_argument("--scaling-batches", default="1,2,4,8,16", help="B values of the sweep over B*H (H from the "
+                                                                    "first shape)")
+    p.add_argument("--warmup", type=int, default=25, help="do_bench warmup, ms")
+    p.add_argument("--rep", type=int, default=100, help="do_bench repetition time, ms")
+    p.add_argument("--budget", type=float, default=420.0, help="seconds after which no new measurement starts")
+    p.add_argument("--grace", type=float, default=60.0,
+                   help="a measurement still running at budget + grace seconds is interrupted")
+    p.add_argument("--compile-timeout", type=float, default=120.0,
+                   help="seconds allowed for one torch.compile measurement (compile included)")
+    p.add_argument("--out", type=Path, help="JSON file to write (rewritten after every measurement)")
+    p.add_argument("--commit", help="git commit of the measured code (default: git rev-parse HEAD)")
+    return p
+
+
+
+def _choices(text, allowed, what):
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [x for x in items if x not in allowed]
+    if bad or not items:
+        raise ValueError(f"{what} must be comma-separated values from {allowed}, got {text!r}")
+    return items
+
+
+def _progress(done, total, elapsed, label):
+    """One line of progress on stderr: a bar, the step count, the seconds spent and what runs now."""
+    width = 20
+    filled = width * done // max(total, 1)
+    print(f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {elapsed:5.0f} s  {label}",
+          file=sys.stderr, flush=True)
+
+
+def _status(err):
+    return f"failed: {type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
+
+
+def plan_benchmark(args, result):
+    """The measurements as a list of (label, step, time limit or None); each step adds its rows to result."""
+    device, dtype = args.device, _DTYPES[args.dtype]
+    gpu = torch.device(device).type == "cuda"
+    K = args.K or (128 if gpu else 64)
+    V = args.V or K
+    shapes = parse_shapes(args.shapes) if args.shapes is not None else (STANDARD_SHAPES if gpu else CPU_SHAPES)
+    impls = _choices(args.impls or ",".join(IMPLEMENTATIONS[:None if gpu else 3]), IMPLEMENTATIONS, "--impls")
+    parts = _choices(args.parts, PARTS, "--parts")
+    batches = _int_list(args.decode_batches or ("1,64" if gpu else "1"))
+    decoders = _choices(args.decode_impls, ("gdn2edu", "fla", "torch"), "--decode-impls")
+    scaling_T = _int_list(args.scaling_T)
+    if any(args.scaling_tokens % T for T in scaling_T):
+        raise ValueError(f"every --scaling-T must divide --scaling-tokens {args.scaling_tokens}, got {scaling_T}")
+    result["settings"] = {"device": device, "dtype": args.dtype, "K": K, "V": V, "shapes": shapes, "impls": impls,
+                          "parts": parts, "warmup_ms": args.warmup, "rep_ms": args.rep, "budget_s": args.budget}
+    cache = {}
+
+    def inputs(B, T, H):
+        if (B, T, H) not in cache:
+            cache.clear()                                  # one shape's inputs at a time
+            cache[(B, T, H)] = baseline_inputs(B, T, H, K, V, dtype=dtype, device=device)
+        return cache[(B, T, H)]
+
+    steps, compile_steps = [], []          # torch.compile steps go last: their compiles may eat the budget
+    if "ceilings" in parts:
+        steps.append(("ceilings", lambda: result.update(ceilings=measure_ceilings(device, args.warmup, args.rep)),
+                      None))
+    built = {}
+    for B, T, H in shapes if "forward" in parts else ():
+        for name in impls:
+            def step(B=B, T=T, H=H, name=name):
+                row = {"B": B, "T": T, "H": H, "K": K, "V": V, "impl": name}
+                result["forward"].append(row)
+                if name not in built:
+                    built[name] = chunk_implementation(name, device)
+                fn = built[name]
+                if isinstance(fn, str):
+                    row["status"] = fn
+                    return
+                try:
+                    row.update(time_forward_backward(fn, inputs(B, T, H), args.warmup, args.rep), status="ok")
+                except _OutOfTime:
+                    row["status"] = "failed: did not finish in its time limit"
+                    if name == "torch_compile":
+                        built[name] = "skipped: torch.compile did not finish in time at an earlier shape"
+                    raise
+                except Exception as err:       # compile errors, out of memory: report and go on
+                    row["status"] = _status(err)
+            if name == "torch_compile":
+                compile_steps.append((f"forward {B}x{T}x{H} {name}", step, args.compile_timeout))
+            else:
+                steps.append((f"forward {B}x{T}x{H} {name}", step, None))
+    for batch in batches if "decode" in parts else ():
+        H = shapes[0][2]
+        for name in decoders:
+            def step(batch=batch, H=H, name=name):
+                row = {"B": batch, "T": 1, "H": H, "K": K, "V": V, "impl": name}
+                result["decode"].append(row)
+                fn = decode_implementation(name, device)
+                if isinstance(fn, str):
+                    row["status"] = fn
+                    return
+                x = baseline_inputs(batch, 1, H, K, V, dtype=dtype, seed=2, device=device)
+                state = 0.1 * torch.randn(batch, H, K, V, device=device)
+                try:
+                    row.update(ms=measure_ms(lambda: fn(*x, state), args.warmup, args.rep), status="ok")
+                except Exception as err:
+                    row["status"] = _status(err)
+            steps.append((f"decode B={batch} {name}", step, None))
+    kernel_rows = []
+    if "breakdown" in parts:
+        kernel_rows += [("breakdown", shape) for shape in shapes]
+    if "scaling" in parts:
+        H = shapes[0][2]
+        kernel_rows += [("scaling_T", (args.scaling_tokens // T, T, H)) for T in scaling_T]
+        kernel_rows += [("scaling_BH", (B, args.scaling_bh_T, H)) for B in _int_list(args.scaling_batches)]
+    for key, (B, T, H) in kernel_rows:
+        def step(key=key, B=B, T=T, H=H):
+            row = {"B": B, "T": T, "H": H, "K": K, "V": V}
+            result[key].append(row)
+            if not gpu:
+                row["status"] = "needs a GPU (per-kernel times of the Triton forward)"
+                return
+            try:
+                x = inputs(B, T, H)
+                row["kernels_ms"] = forward_breakdown(*x)
+                row.update(ms=measure_ms(lambda: gdn2edu.chunk_gdn2(*x), args.warmup, args.rep), status="ok")
+            except Exception as err:
+                row["status"] = _status(err)
+        steps.append((f"{key} {B}x{T}x{H}", step, None))
+    return steps + compile_steps
+
+
+def run_benchmark(argv=None):
+    """Parse the command line, measure within the budget, write --out after every step; return the result dict."""
+    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    start = time.monotonic()
+    result = {"provenance": provenance(args.device, args.commit, argv), "ceilings": None, "forward": [],
+              "decode": [], "breakdown": [], "scaling_T": [], "scaling_BH": [], "skipped": []}
+    steps = plan_benchmark(args, result)
+
+    def save():
+        result["elapsed_s"] = time.monotonic() - start
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(result, indent=1) + "\n")
+
+    for done, (label, step, limit) in enumerate(steps):
+        elapsed = time.monotonic() - start
+        if elapsed > args.budget:
+            result["skipped"].append(label)
+            continue
+        _progress(done, len(steps), elapsed, label)
+        hard = args.budget + args.grace - elapsed
+        try:
+            _run_step(step, hard if limit is None else min(limit, hard))
+        except _OutOfTime:
+            result["skipped"].append(f"{label} (interrupted)")
+        save()
+    _progress(len(steps), len(steps), time.monotonic() - start, "done")
+    save()
+    return result
+
+
+def _fmt(x, spec=".3f"):
+    return "-" if x is None else format(x, spec)
+
+
+def format_tables(result):
+    """The result of run_benchmark (or its JSON) as plain-text tables."""
+    prov, lines = result["provenance"], []
+    lines.append(f"{prov['device']} ({prov['device_type']}), driver {prov['driver']}, torch {prov['torch']}, "
+                 f"triton {prov['triton']}, FLA {prov['fla']}, {prov['date']}, commit {prov['commit'][:12]}")
+    c = result.get("ceilings")
+    if c:
+        lines.append(f"ceilings: copy {c['copy_bytes_per_s'] / 1e12:.3f} TB/s (read + write), "
+                     f"{c['matmul_dtype']} matmul {c['matmul_flops_per_s'] / 1e12:.1f} TFLOP/s")
+    if result["forward"]:
+        lines += ["", f"{'B x T x H':>14} {'impl':>14} {'fwd ms':>9} {'bwd ms':>9} {'fwd+bwd':>9} "
+                      f"{'peak MiB':>9}  status"]
+        for r in result["forward"]:
+            status = r["status"] if r["status"] != "ok" else ("ok" if r["backward"] == "ok" else
+                                                               "backward " + r["backward"])
+            lines.append(f"{r['B']:>4}x{r['T']:>5}x{r['H']:<3} {r['impl']:>14} {_fmt(r.get('fwd_ms')):>9} "
+                         f"{_fmt(r.get('bwd_ms')):>9} {_fmt(r.get('fwdbwd_ms')):>9} "
+                         f"{_fmt(r.get('peak_mib'), '.0f'):>9}  {status}")
+    if result["decode"]:
+        lines += ["", f"{'decode B':>14} {'impl':>14} {'ms':>9}  status"]
+        for r in result["decode"]:
+            lines.append(f"{r['B']:>14} {r['impl']:>14} {_fmt(r.get('ms'), '.4f'):>9}  {r['status']}")
+    for key in ("breakdown", "scaling_T", "scaling_BH"):
+        if result[key]:
+            lines += ["", f"{key + ' B x T x H':>22} " + " ".join(f"{k:>8}" for k in (*FORWARD_KERNELS, "other"))
+                      + f" {'total ms':>9}"]
+            for r in result[key]:
+                shape = f"{r['B']:>6}x{r['T']:>6}x{r['H']:<3}"
+                if r.get("status") != "ok":
+                    lines.append(f"{shape:>22} {r.get('status')}")
+                    continue
+                lines.append(f"{shape:>22} " + " ".join(f"{ms:8.3f}" for ms in r["kernels_ms"].values())
+                             + f" {r['ms']:9.3f}")
+    if result["skipped"]:
+        lines += ["", "not measured, or interrupted (budget or time limit spent): " + "; ".join(result["skipped"])]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    """``python -m gdn2edu.bench``: run the benchmark, print the tables; exit status 0, or 2 on bad arguments."""
+    parser = build_parser()
+    try:
+        result = run_benchmark(argv)
+    except ValueError as err:
+        parser.error(str(err))
+    print(format_tables(result))
+    return 0
+
+
+if __name__ == "__main__" and "ipykernel" not in sys.modules:   # a script, not this cell in a notebook
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""The benchmark CLI (python -m gdn2edu.bench), the per-kernel FLOP and byte counts, and Amdahl's law."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gdn2edu.bench import amdahl_speedup, forward_kernel_costs, parse_shapes, roofline_time_ms
+
+
+def run_cli(root, *args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "gdn2edu.bench", *args], cwd=root, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": str(root)})
+
+
+def test_help(root):
+    result = run_cli(root, "--help")
+    assert result.returncode == 0, result.stderr
+    for option in ("--shapes", "--budget", "--out", "--warmup", "--rep", "--impls", "--commit"):
+        assert option in result.stdout
+
+
+def test_cpu_run_writes_valid_json(root, tmp_path):
+    out = tmp_path / "bench.json"
+    start = time.monotonic()
+    result = run_cli(root, "--device", "cpu", "--shapes", "1x128x2", "--K", "32", "--budget", "10",
+                     "--warmup", "5", "--rep", "20", "--impls", "gdn2edu,fla,torch", "--out", str(out))
+    elapsed = time.monotonic() - start
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert elapsed < 60, f"a tiny CPU run took {elapsed:.0f} s"
+    data = json.loads(out.read_text())
+    prov = data["provenance"]
+    for key in ("device", "driver", "torch", "triton", "fla", "date", "commit", "command"):
+        assert key in prov
+    assert prov["device_type"] == "cpu" and "--shapes 1x128x2" in prov["command"]
+    rows = {r["impl"]: r for r in data["forward"]}
+    assert rows["gdn2edu"]["status"].startswith("needs a GPU")
+    torch_row = rows["torch"]
+    assert torch_row["status"] == "ok" and torch_row["backward"] == "ok"       # autograd through PyTorch
+    assert all(torch_row[key] > 0 for key in ("fwd_ms", "bwd_ms", "fwdbwd_ms"))
+    assert data["ceilings"]["copy_bytes_per_s"] > 0 and data["ceilings"]["matmul_dtype"] == "float32"
+    assert any(r["impl"] == "torch" and r["status"] == "ok" and r["ms"] > 0 for r in data["decode"])
+    assert "torch" in result.stdout and "fwd ms" in result.stdout                # the table
+
+
+def test_budget_stops_new_measurements(root, tmp_path):
+    out = tmp_path / "bench.json"
+    result = run_cli(root, "--device", "cpu", "--shapes", "1x64x1", "--K", "16", "--budget", "0",
+                     "--parts", "forward,decode", "--out", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["forward"] == [] and data["decode"] == [] and len(data["skipped"]) == 6
+
+
+@pytest.mark.parametrize("shapes", ["1x8192", "0x64x2", "1x64xH", "axbxc", ""])
+def test_bad_shapes_are_refused(root, shapes):
+    with pytest.raises(ValueError, match="BxTxH"):
+        parse_shapes(shapes)
+    result = run_cli(root, "--device", "cpu", "--shapes", shapes, "--budget", "1")
+    assert result.returncode == 2 and "BxTxH" in result.stderr
+
+
+def test_bad_implementation_name_is_refused(root):
+    result = run_cli(root, "--device", "cpu", "--impls", "torch,cudnn", "--budget", "1")
+    assert result.returncode == 2 and "--impls" in result.stderr
+
+
+def test_roofline_counts_equal_hand_counts():
+    """B = 1, T = 128, H = 2, K = 32, V = 16, bf16: two chunks per head, four (chunk, head) pairs.
+    Each product is listed as it appears in the kernels of Chapter 9, [m, k] x [k, p] -> 2 m k p FLOPs."""
+    n, c, K, V, s, units, rows = 64, 16, 32, 16, 2, 4, 256
+    intra = 20 * [(c, K, c)] + 16 * [(c, c, c)]          # 10 block pairs x 2 scores; 16 blocks below the diagonal
+    substitution = 4 * 15 * 2 * c * c                      # 4 diagonal blocks, 15 row steps, masked tile FMA
+    wy, scan, output = [(n, n, K), (n, n, V)], [(n, K, V), (K, n, V)], [(n, K, V), (n, n, V)]
+    flops = {name: units * sum(2 * m * k * p for m, k, p in prods)
+             for name, prods in dict(intra=intra, wy=wy, scan=scan, output=output).items()}
+    flops["intra"] += units * substitution
+    nbytes = {
+        # q k b (bf16) and g (fp32) once; the 10 lower 16x16 blocks of A and Aqk stored in fp32
+        "intra": rows * K * (3 * s + 4) + units * 2 * 10 * 256 * 4,
+        # A's full 64x64 fp32 tile; q k b g; v w; AE kg Q_g AZ stored; gamma_n fp32
+        "wy": units * 64 * 64 * 4 + rows * K * (3 * s + 4) + rows * V * 2 * s + rows * (3 * K + V) * s
+        + units * K * 4,
+        # AE kg AZ read, gamma_n read, R stored, h (K x V per chunk) stored
+        "scan": rows * (2 * K + V) * s + units * K * 4 + rows * V * s + units * K * V * s,
+        # Q_g, h, R, the Aqk fp32 tile read; o stored
+        "output": rows * K * s + units * K * V * s + rows * V * s + units * 64 * 64 * 4 + rows * V * s,
+    }
+    costs = forward_kernel_costs(1, 128, 2, K, V)
+    assert {name: cost["flops"] for name, cost in costs.items()} == flops
+    assert {name: cost["bytes"] for name, cost in costs.items()} == nbytes
+    with pytest.raises(ValueError, match="multiple of chunk"):
+        forward_kernel_costs(1, 100, 2, K, V)
+    with pytest.raises(ValueError, match="H must be"):
+        forward_kernel_costs(1, 128, 0, K, V)
+
+
+def test_roofline_bound():
+    assert roofline_time_ms(1e12, 1e6, 1e15, 1e12) == pytest.approx(1.0)     # compute-bound: 1 ms
+    assert roofline_time_ms(1e6, 1e9, 1e15, 1e12) == pytest.approx(1.0)      # memory-bound: 1 ms
+
+
+def test_amdahl():
+    assert amdahl_speedup(0.0, 10.0) == 1.0
+    assert amdahl_speedup(1.0, 10.0) == pytest.approx(10.0)
+    assert amdahl_speedup(0.5, 2.0) == pytest.approx(4 / 3)
+    assert amdahl_speedup(0.5, 1e12) == pytest.approx(2.0)                    # the limit 1 / (1 - f)
+    with pytest.raises(ValueError, match="f must be"):
+        amdahl_speedup(1.5, 2.0)
+    with pytest.raises(ValueError, match="s must be"):
+        amdahl_speedup(0.5, 0.0)
