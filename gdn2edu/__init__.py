@@ -15,7 +15,6 @@ from gdn2edu.chunk_backward import reverse_state_scan, pairwise_pullback, chunk_
 from gdn2edu.matrix_intra import centered_pullback, subchunk_pullback, gram_free_scalar_gate, tied_gate_grads
 from gdn2edu.fused_recurrent import fused_recurrent_gdn2, fused_recurrent_gdn2_step
 from gdn2edu.chunk_kernels import chunk_gdn2_fwd_intra_kernel, chunk_gdn2_fwd_wy_kernel, chunk_gdn2_fwd_scan_kernel, chunk_gdn2_fwd_output_kernel, chunk_gdn2, baseline_inputs
-from gdn2edu.bench import forward_kernel_costs, roofline_time_ms, amdahl_speedup, measure_ms, kernel_times, forward_breakdown, measure_ceilings, chunk_implementation, time_forward_backward, decode_implementation, parse_shapes, provenance, build_parser, plan_benchmark, run_benchmark, format_tables, main
 
 __all__ = [
     "GDN2Dims",
@@ -63,21 +62,4 @@ __all__ = [
     "chunk_gdn2_fwd_output_kernel",
     "chunk_gdn2",
     "baseline_inputs",
-    "forward_kernel_costs",
-    "roofline_time_ms",
-    "amdahl_speedup",
-    "measure_ms",
-    "kernel_times",
-    "forward_breakdown",
-    "measure_ceilings",
-    "chunk_implementation",
-    "time_forward_backward",
-    "decode_implementation",
-    "parse_shapes",
-    "provenance",
-    "build_parser",
-    "plan_benchmark",
-    "run_benchmark",
-    "format_tables",
-    "main",
 ]

@@ -3,7 +3,8 @@
 A code cell whose first line is ``#| export: NAME`` is copied, without that line, into
 ``gdn2edu/NAME.py``. Every module belongs to exactly one chapter, cells keep their chapter
 order, and each module opens with a header naming its chapter. ``gdn2edu/__init__.py`` is
-generated too: it re-exports every public top-level function and class, chapter by chapter.
+generated too: it re-exports every public top-level function and class, chapter by chapter, except from
+modules that run as programs (``python -m gdn2edu.bench``), which are imported by name.
 
     python tools/tangle.py          # write gdn2edu/
     python tools/tangle.py --check  # exit 1 (and list the files) if gdn2edu/ is stale
@@ -46,6 +47,12 @@ def export_cells(chapter: Path) -> list[tuple[str, str]]:
     return cells
 
 
+def runs_as_program(code: str) -> bool:
+    """Whether a module has a top-level ``if __name__ == "__main__"`` block (a command, like gdn2edu.bench)."""
+    return any(isinstance(node, ast.If) and "__name__ == '__main__'" in ast.unparse(node.test)
+               for node in ast.parse(code).body)
+
+
 def public_names(code: str) -> list[str]:
     """Top-level functions and classes of a module that do not start with an underscore."""
     tree = ast.parse(code)
@@ -78,7 +85,7 @@ def render_package() -> dict[Path, str]:
     for module, cells in modules.items():
         text = _header(owner[module]) + "\n" + "\n\n\n".join(cells) + "\n"
         files[PACKAGE / f"{module}.py"] = text
-        names = public_names(text)
+        names = [] if runs_as_program(text) else public_names(text)   # `python -m` must import it first
         if names:
             init_lines.append(f"from gdn2edu.{module} import {', '.join(names)}")
             exported.extend(names)
