@@ -250,26 +250,34 @@ def chunk_gdn2_backward_triton(q, k, v, g, b, w, do, scale=None, initial_state=N
     return _backward(q, k, v, g, b, w, initial_state, do, None if dht is None else dht.contiguous(), p)
 
 
-class ChunkGDN2TritonFunction(torch.autograd.Function):
-    """The Triton forward of Chapter 9 with the Triton backward of this chapter (recompute policy).
+SAVED = ("A", "Aqk", "AE", "AZ", "KG", "QG", "GN", "h", "R")     # what the backward reads of the forward
 
-    apply(q, k, v, g, b, w, initial_state, plan) -> (o, final state float32), plan from
-    chunk_kernels._plan; the forward saves only its inputs.
+
+class ChunkGDN2TritonFunction(torch.autograd.Function):
+    """The Triton forward of Chapter 9 with the Triton backward of this chapter.
+
+    apply(q, k, v, g, b, w, initial_state, plan, save_intermediates) -> (o, final state float32), plan from
+    chunk_kernels._plan. By default the forward saves only its inputs and the backward recomputes the
+    intermediates; save_intermediates=True keeps them (float32) from the forward instead.
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, g, b, w, initial_state, plan):
+    def forward(ctx, q, k, v, g, b, w, initial_state, plan, save_intermediates):
         q, k, v, g, b, w = (x.contiguous() for x in (q, k, v, g, b, w))
-        f = _forward_states(q, k, v, g, b, w, initial_state, True, plan)
-        ctx.save_for_backward(q, k, v, g, b, w, initial_state)
+        run = plan._replace(store=torch.float32) if save_intermediates else plan
+        f = _forward_states(q, k, v, g, b, w, initial_state, True, run)
+        kept = tuple(f[name] for name in SAVED) if save_intermediates else ()
+        ctx.save_for_backward(q, k, v, g, b, w, initial_state, *kept)
         ctx.plan = plan
         ctx.set_materialize_grads(False)
-        return _forward_output(v, f, plan), f["ht"]
+        return _forward_output(v, f, run), f["ht"]
 
     @staticmethod
     def backward(ctx, do, dht):
-        q, k, v, g, b, w, initial_state = ctx.saved_tensors
+        q, k, v, g, b, w, initial_state, *kept = ctx.saved_tensors
         do = torch.zeros_like(v) if do is None else do.contiguous()
-        grads = _backward(q, k, v, g, b, w, initial_state, do, None if dht is None else dht.contiguous(), ctx.plan)
+        f = dict(zip(SAVED, kept)) if kept else None
+        grads = _backward(q, k, v, g, b, w, initial_state, do, None if dht is None else dht.contiguous(),
+                          ctx.plan, f)
         inputs = (q, k, v, g, b, w, initial_state)
-        return (*(None if d is None else d.to(x.dtype) for d, x in zip(grads, inputs)), None)
+        return (*(None if d is None else d.to(x.dtype) for d, x in zip(grads, inputs)), None, None)

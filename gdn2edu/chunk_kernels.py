@@ -395,7 +395,8 @@ def _forward_output(v, f, p: _Plan):
     return o
 
 
-def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None):
+def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
+               save_intermediates=False):
     """Gated DeltaNet-2 forward by chunks of 64 tokens, in four Triton kernels (FLA's ``chunk_gdn2`` semantics).
 
     q, k: [B, T, H, K]; v: [B, T, H, V]; g: [B, T, H, K] natural-log decay; b: [B, T, H, K] erase gate;
@@ -403,13 +404,14 @@ def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_st
     or None. With cu_seqlens (int tensor [N + 1]: 0 = t_0 < t_1 < ... < t_N = T) B must be 1, the N
     sequences q[:, t_n:t_{n+1}] run independently and the states are [N, H, K, V].
     Accumulates in float32; returns (o [B, T, H, V] in v's dtype, final state float32 [B or N, H, K, V] or None).
-    Differentiable: when an input requires grad, the Triton backward of Chapter 10 runs.
+    Differentiable: when an input requires grad, the Triton backward of Chapter 10 runs; it recomputes the
+    forward's intermediates unless save_intermediates=True, which keeps them (float32) from the forward.
     """
     p = _plan(q, k, v, g, b, w, scale, initial_state, cu_seqlens)
     tensors = (q, k, v, g, b, w) + ((initial_state,) if initial_state is not None else ())
     if torch.is_grad_enabled() and any(x.requires_grad for x in tensors):
         from gdn2edu.chunk_backward_kernels import ChunkGDN2TritonFunction   # Chapter 10 builds on this module
-        o, ht = ChunkGDN2TritonFunction.apply(q, k, v, g, b, w, initial_state, p)
+        o, ht = ChunkGDN2TritonFunction.apply(q, k, v, g, b, w, initial_state, p, save_intermediates)
         return o, (ht if output_final_state else None)
     q, k, v, g, b, w = (x.contiguous() for x in (q, k, v, g, b, w))
     f = _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p)
