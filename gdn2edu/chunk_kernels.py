@@ -5,6 +5,7 @@
 
 import functools
 import os
+from typing import NamedTuple
 
 import torch
 
@@ -308,15 +309,25 @@ INTRA_TILES = {"BK": 16, "num_warps": 1, "num_stages": 2}  # the intra kernel's 
 LOW_PRECISION_INTERMEDIATES = True
 
 
-def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None):
-    """Gated DeltaNet-2 forward by chunks of 64 tokens, in four Triton kernels (FLA's ``chunk_gdn2`` semantics).
+class _Plan(NamedTuple):
+    """What the launches of one call share: sizes, the program maps, the dot precision, the storage dtype."""
 
-    q, k: [B, T, H, K]; v: [B, T, H, V]; g: [B, T, H, K] natural-log decay; b: [B, T, H, K] erase gate;
-    w: [B, T, H, V] write gate; scale: None for K ** -0.5. Without cu_seqlens, initial_state is [B, H, K, V]
-    or None. With cu_seqlens (int tensor [N + 1]: 0 = t_0 < t_1 < ... < t_N = T) B must be 1, the N
-    sequences q[:, t_n:t_{n+1}] run independently and the states are [N, H, K, V].
-    Accumulates in float32; returns (o [B, T, H, V] in v's dtype, final state float32 [B or N, H, K, V] or None).
-    """
+    B: int
+    T: int
+    H: int
+    K: int
+    V: int
+    N: int
+    scale: float
+    cu: torch.Tensor
+    chunks: torch.Tensor
+    chunk_offsets: torch.Tensor
+    DOT: str
+    store: torch.dtype
+
+
+def _plan(q, k, v, g, b, w, scale, initial_state, cu_seqlens):
+    """Check the inputs of chunk_gdn2 and build the launch plan (the backward of Chapter 10 shares it)."""
     dims = validate_inputs(q, k, v, g, b, w, scale, None if cu_seqlens is not None else initial_state)
     B, T, H, K, V = dims.B, dims.T, dims.H, dims.K, dims.V
     if K > 256 or V > 256:
@@ -334,41 +345,77 @@ def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_st
             if initial_state.shape != (N, H, K, V) or initial_state.device != q.device:
                 raise ValueError(f"initial_state must have shape [N, H, K, V] = {(N, H, K, V)} on {q.device}, "
                                  f"got {tuple(initial_state.shape)} on {initial_state.device}")
-    N = len(offsets) - 1
-    BT, BC = 64, 16
-    BK = max(16, triton.next_power_of_2(K))
-    BV = min(SCAN_TILES["BV"], max(16, triton.next_power_of_2(V)))
     DOT = "ieee" if q.dtype == torch.float32 else "tf32"      # fp32 in, fp32 math; else tensor cores
-    q, k, v, g, b, w = (x.contiguous() for x in (q, k, v, g, b, w))
-    cu, chunks, chunk_offsets = _schedule(offsets, BT, q.device)
-    A = torch.empty(B, T, H, BT, dtype=torch.float32, device=q.device)
-    Aqk = torch.empty_like(A)
-    chunk_gdn2_fwd_intra_kernel[(chunks.shape[0], H)](
-        q, k, g, b, A, Aqk, cu, chunks, dims.scale, H=H, K=K, BT=BT, BC=BC, BK=min(BK, INTRA_TILES["BK"]),
-        DOT=DOT, num_warps=INTRA_TILES["num_warps"], num_stages=INTRA_TILES["num_stages"])
     # the intermediates the later kernels read: in the inputs' 16-bit type when they have one
     store = q.dtype if q.dtype in (torch.bfloat16, torch.float16) and LOW_PRECISION_INTERMEDIATES else torch.float32
-    like = dict(dtype=store, device=q.device)
+    return _Plan(B, T, H, K, V, len(offsets) - 1, dims.scale, *_schedule(offsets, 64, q.device), DOT, store)
+
+
+def _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p: _Plan):
+    """The intra, WY and scan launches on contiguous inputs. Returns the dict of their results: A, Aqk
+    [B, T, H, 64] float32; AE, QG, KG [B, T, H, K], AZ, R [B, T, H, V] and h [chunks, H, K, V] in p.store;
+    GN [chunks, H, K] float32; ht [N, H, K, V] float32 or None."""
+    BT, BC = 64, 16
+    B, T, H, K, V = p.B, p.T, p.H, p.K, p.V
+    BK = max(16, triton.next_power_of_2(K))
+    BV = min(SCAN_TILES["BV"], max(16, triton.next_power_of_2(V)))
+    n_chunks = p.chunks.shape[0]
+    A = torch.empty(B, T, H, BT, dtype=torch.float32, device=q.device)
+    Aqk = torch.empty_like(A)
+    chunk_gdn2_fwd_intra_kernel[(n_chunks, H)](
+        q, k, g, b, A, Aqk, p.cu, p.chunks, p.scale, H=H, K=K, BT=BT, BC=BC, BK=min(BK, INTRA_TILES["BK"]),
+        DOT=p.DOT, num_warps=INTRA_TILES["num_warps"], num_stages=INTRA_TILES["num_stages"])
+    like = dict(dtype=p.store, device=q.device)
     AE, KG, QG = (torch.empty(B, T, H, K, **like) for _ in range(3))
     AZ, R = torch.empty(B, T, H, V, **like), torch.empty(B, T, H, V, **like)
-    GN = torch.empty(chunks.shape[0], H, K, dtype=torch.float32, device=q.device)
-    h = torch.empty(chunks.shape[0], H, K, V, **like)
-    chunk_gdn2_fwd_wy_kernel[(chunks.shape[0], H)](
-        q, k, v, g, b, w, A, AE, AZ, KG, QG, GN, cu, chunks, dims.scale, H=H, K=K, V=V, BT=BT,
-        BK=min(BK, WY_TILES["BK"]), BV=min(WY_TILES["BV"], max(16, triton.next_power_of_2(V))), DOT=DOT,
+    GN = torch.empty(n_chunks, H, K, dtype=torch.float32, device=q.device)
+    h = torch.empty(n_chunks, H, K, V, **like)
+    chunk_gdn2_fwd_wy_kernel[(n_chunks, H)](
+        q, k, v, g, b, w, A, AE, AZ, KG, QG, GN, p.cu, p.chunks, p.scale, H=H, K=K, V=V, BT=BT,
+        BK=min(BK, WY_TILES["BK"]), BV=min(WY_TILES["BV"], max(16, triton.next_power_of_2(V))), DOT=p.DOT,
         num_warps=WY_TILES["num_warps"], num_stages=2)
     h0 = initial_state.to(torch.float32).contiguous() if initial_state is not None else None
-    ht = q.new_empty(N, H, K, V, dtype=torch.float32) if output_final_state else None
-    chunk_gdn2_fwd_scan_kernel[(triton.cdiv(V, BV), N * H)](
-        AE, AZ, KG, GN, h, R, h0, ht, cu, chunk_offsets, H=H, K=K, V=V, BT=BT, BK=BK, BV=BV,
-        USE_INITIAL_STATE=h0 is not None, STORE_FINAL_STATE=ht is not None, DOT=DOT,
+    ht = q.new_empty(p.N, H, K, V, dtype=torch.float32) if output_final_state else None
+    chunk_gdn2_fwd_scan_kernel[(triton.cdiv(V, BV), p.N * H)](
+        AE, AZ, KG, GN, h, R, h0, ht, p.cu, p.chunk_offsets, H=H, K=K, V=V, BT=BT, BK=BK, BV=BV,
+        USE_INITIAL_STATE=h0 is not None, STORE_FINAL_STATE=ht is not None, DOT=p.DOT,
         num_warps=SCAN_TILES["num_warps"] if BK > 64 else 4,
-        num_stages=SCAN_TILES["num_stages"] if store != torch.float32 else 1)  # fp32 tiles fill shared memory
+        num_stages=SCAN_TILES["num_stages"] if p.store != torch.float32 else 1)  # fp32 tiles fill shared memory
+    return dict(A=A, Aqk=Aqk, AE=AE, AZ=AZ, KG=KG, QG=QG, GN=GN, h=h, R=R, ht=ht)
+
+
+def _forward_output(v, f, p: _Plan):
+    """The output launch: O = Q_g h + Aqk R from the dict f of _forward_states; o [B, T, H, V] in v's dtype."""
     o = torch.empty_like(v)
-    BVO = min(OUTPUT_TILES["BV"], max(16, triton.next_power_of_2(V)))
-    chunk_gdn2_fwd_output_kernel[(chunks.shape[0], H, triton.cdiv(V, BVO))](
-        QG, h, Aqk, R, o, cu, chunks, H=H, K=K, V=V, BT=BT, BK=BK, BV=BVO, DOT=DOT, num_warps=OUTPUT_TILES["num_warps"], num_stages=2)
-    return o, ht
+    BK = max(16, triton.next_power_of_2(p.K))
+    BVO = min(OUTPUT_TILES["BV"], max(16, triton.next_power_of_2(p.V)))
+    chunk_gdn2_fwd_output_kernel[(p.chunks.shape[0], p.H, triton.cdiv(p.V, BVO))](
+        f["QG"], f["h"], f["Aqk"], f["R"], o, p.cu, p.chunks, H=p.H, K=p.K, V=p.V, BT=64, BK=BK, BV=BVO,
+        DOT=p.DOT, num_warps=OUTPUT_TILES["num_warps"], num_stages=2)
+    return o
+
+
+def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
+               save_intermediates=False):
+    """Gated DeltaNet-2 forward by chunks of 64 tokens, in four Triton kernels (FLA's ``chunk_gdn2`` semantics).
+
+    q, k: [B, T, H, K]; v: [B, T, H, V]; g: [B, T, H, K] natural-log decay; b: [B, T, H, K] erase gate;
+    w: [B, T, H, V] write gate; scale: None for K ** -0.5. Without cu_seqlens, initial_state is [B, H, K, V]
+    or None. With cu_seqlens (int tensor [N + 1]: 0 = t_0 < t_1 < ... < t_N = T) B must be 1, the N
+    sequences q[:, t_n:t_{n+1}] run independently and the states are [N, H, K, V].
+    Accumulates in float32; returns (o [B, T, H, V] in v's dtype, final state float32 [B or N, H, K, V] or None).
+    Differentiable: when an input requires grad, the Triton backward of Chapter 10 runs; it recomputes the
+    forward's intermediates unless save_intermediates=True, which keeps them (float32) from the forward.
+    """
+    p = _plan(q, k, v, g, b, w, scale, initial_state, cu_seqlens)
+    tensors = (q, k, v, g, b, w) + ((initial_state,) if initial_state is not None else ())
+    if torch.is_grad_enabled() and any(x.requires_grad for x in tensors):
+        from gdn2edu.chunk_backward_kernels import ChunkGDN2TritonFunction   # Chapter 10 builds on this module
+        o, ht = ChunkGDN2TritonFunction.apply(q, k, v, g, b, w, initial_state, p, save_intermediates)
+        return o, (ht if output_final_state else None)
+    q, k, v, g, b, w = (x.contiguous() for x in (q, k, v, g, b, w))
+    f = _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p)
+    return _forward_output(v, f, p), f["ht"]
 
 
 def baseline_inputs(B, T, H=16, K=128, V=128, dtype=torch.bfloat16, seed=0, device="cuda"):

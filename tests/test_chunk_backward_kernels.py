@@ -1,0 +1,135 @@
+"""The Triton backward of chunk_gdn2 (Chapter 10) against float64 autograd through recurrent_gdn2, in the
+Triton interpreter on the CPU.
+
+Tolerance: float32 inputs and accumulation over 64-token chunks with a triangular inverse lose a few 1e-6
+relative to a gradient's largest entry (measured up to about 2e-5 under strong decay); each gradient must be
+within 1e-4 of its reference's largest entry, and a reference whose entries are all below 1e-6 (a zero
+gate's gradient path) is compared with the absolute threshold 1e-6. Wrong masks, decays, signs or offsets
+give errors of order 1.
+"""
+
+import pytest
+import torch
+from conftest import make_inputs
+
+from gdn2edu import chunk_gdn2, chunk_gdn2_backward_triton, recurrent_gdn2
+
+TOL, NEAR_ZERO = 1e-4, 1e-6
+NAMES = ("q", "k", "v", "g", "b", "w", "initial_state")
+
+
+def oracle(x, S0, do, dST, offsets):
+    """float64 autograd through recurrent_gdn2, sequence by sequence along T; grads of (q..w, S0 or None)."""
+    leaves = [t.clone().requires_grad_() for t in x] + ([S0.clone().requires_grad_()] if S0 is not None else [])
+    loss = 0.0
+    for n, (t0, t1) in enumerate(zip(offsets, offsets[1:])):
+        o, S = recurrent_gdn2(*(t[:, t0:t1] for t in leaves[:6]),
+                              initial_state=None if S0 is None else leaves[6][n:n + 1], output_final_state=True)
+        loss = loss + (o * do[:, t0:t1]).sum() + (0.0 if dST is None else (S * dST[n:n + 1]).sum())
+    return list(torch.autograd.grad(loss, leaves)) + ([] if S0 is not None else [None])
+
+
+def kernel(x, S0, do, dST, cu_seqlens):
+    leaves = [t.float().requires_grad_() for t in x] + ([S0.float().requires_grad_()] if S0 is not None else [])
+    o, S = chunk_gdn2(*leaves[:6], initial_state=None if S0 is None else leaves[6], output_final_state=True,
+                      cu_seqlens=cu_seqlens)
+    loss = (o * do.float()).sum() + (0.0 if dST is None else (S * dST.float()).sum())
+    return list(torch.autograd.grad(loss, leaves)) + ([] if S0 is not None else [None])
+
+
+def assert_close(got, want):
+    for name, x, ref in zip(NAMES, got, want):
+        if ref is None:
+            assert x is None, name
+            continue
+        assert x.shape == ref.shape and x.dtype == torch.float32 and torch.isfinite(x).all(), name
+        err, peak = (x.double() - ref).abs().max().item(), ref.abs().max().item()
+        assert err < (NEAR_ZERO if peak < NEAR_ZERO else TOL * peak), (name, err, peak)
+
+
+def run_case(B, T, H, K, V, offsets=None, h0=True, upstream=True, seed=0, decay_max=None, erase_max=2.0,
+             zero_gates=False):
+    x = list(make_inputs(B, T, H, K, V, erase_max=erase_max, seed=seed))
+    gen = torch.Generator().manual_seed(seed + 1)
+    if decay_max is not None:
+        x[3] = -decay_max * torch.rand(B, T, H, K, generator=gen, dtype=torch.float64)
+    if zero_gates:
+        x[4][:, ::5] = 0.0
+        x[5][:, 2::7] = 0.0
+    N = B if offsets is None else len(offsets) - 1
+    S0 = torch.randn(N, H, K, V, generator=gen, dtype=torch.float64) if h0 else None
+    dST = torch.randn(N, H, K, V, generator=gen, dtype=torch.float64) if upstream else None
+    do = torch.randn(B, T, H, V, generator=gen, dtype=torch.float64)
+    if offsets is None:       # the batch as B packed sequences of length T, for the oracle
+        want = oracle([t.reshape(1, B * T, H, -1) for t in x], S0, do.reshape(1, B * T, H, V), dST,
+                      list(range(0, (B + 1) * T, T)))
+        want = [t.reshape(B, T, H, -1) for t in want[:6]] + want[6:]
+        got = kernel(x, S0, do, dST, None)
+    else:
+        want = oracle(x, S0, do, dST, offsets)
+        got = kernel(x, S0, do, dST, torch.tensor(offsets))
+    assert_close(got, want)
+
+
+@pytest.mark.parametrize("B, T, K, V", [(2, 17, 16, 16), (1, 100, 32, 16), (1, 130, 16, 32), (1, 64, 32, 32)])
+def test_tails_and_unequal_dims(B, T, K, V):
+    run_case(B, T, 2, K, V, seed=T + K)
+
+
+def test_shorter_than_a_chunk_without_state_or_upstream():
+    run_case(2, 9, 1, 16, 32, h0=False, upstream=False, seed=3)
+
+
+def test_packed_sequences_strong_decay_zero_gates():
+    run_case(1, 133, 1, 16, 16, offsets=[0, 5, 70, 133], decay_max=5.0, zero_gates=True, seed=4)
+
+
+def test_strong_decay_all_finite():
+    run_case(1, 130, 1, 16, 16, decay_max=5.0, seed=5)
+
+
+def test_zero_gate_gradients_are_near_zero_paths():
+    """Erase gates all zero (the state is only decayed and written): every gradient matches, db included."""
+    run_case(1, 70, 1, 16, 16, erase_max=0.0, seed=6)
+
+
+def test_functional_backward_matches_autograd_function():
+    x = [t.float() for t in make_inputs(1, 40, 2, 16, 16, seed=7)]
+    do, dht = torch.randn(1, 40, 2, 16), torch.randn(1, 2, 16, 16)
+    grads = chunk_gdn2_backward_triton(*x, do, dht=dht)
+    assert grads[6] is None
+    leaves = [t.clone().requires_grad_() for t in x]
+    o, S = chunk_gdn2(*leaves, output_final_state=True)
+    want = torch.autograd.grad((o * do).sum() + (S * dht).sum(), leaves)
+    for got, ref in zip(grads[:6], want):
+        assert torch.equal(got, ref)
+
+
+def test_bad_adjoints_are_named():
+    x = [t.float() for t in make_inputs(1, 20, 1, 16, 16)]
+    with pytest.raises(ValueError, match="do"):
+        chunk_gdn2_backward_triton(*x, torch.zeros(1, 20, 1, 8))
+    with pytest.raises(ValueError, match="dht"):
+        chunk_gdn2_backward_triton(*x, torch.zeros(1, 20, 1, 16), dht=torch.zeros(2, 1, 16, 16))
+
+
+def test_no_grad_keeps_the_forward_only_path():
+    x = [t.float().requires_grad_() for t in make_inputs(1, 20, 1, 16, 16)]
+    with torch.no_grad():
+        o, _ = chunk_gdn2(*x)
+    assert o.grad_fn is None
+    o, _ = chunk_gdn2(*x)
+    assert o.grad_fn is not None
+
+
+def test_saved_intermediates_give_the_recomputed_gradients():
+    """save_intermediates=True skips the recomputation; the same float32 kernels give the same bits."""
+    x = [t.float() for t in make_inputs(1, 70, 2, 16, 16, seed=8)]
+    S0, do = torch.randn(1, 2, 16, 16), torch.randn(1, 70, 2, 16)
+    results = []
+    for save in (False, True):
+        leaves = [t.clone().requires_grad_() for t in (*x, S0)]
+        o, _ = chunk_gdn2(*leaves[:6], initial_state=leaves[6], save_intermediates=save)
+        results.append(torch.autograd.grad((o * do).sum(), leaves))
+    for recomputed, saved in zip(*results):
+        assert torch.equal(recomputed, saved)
