@@ -51,7 +51,8 @@ def chunk_gdn2_bwd_scan_kernel(Aqk, QG, AE, KG, GN, do, dR, dh, dht, dh0, cu_seq
         tl.store(p_x, b_S, mask=m_x)
 
 
-BWD_TILES = {"BV": 32, "BK": 32}     # value block of the three kernels, key block of the inputs kernel
+BWD_TILES = {"BV": 32, "BK": 32,    # value block of the three kernels, key block of the inputs kernel
+             "num_stages": 1}     # float32 full-K tiles: more stages overflow the H200's shared memory
 
 
 def _reverse_scan(f, do, dht, p: _Plan, want_dh0):
@@ -66,7 +67,7 @@ def _reverse_scan(f, do, dht, p: _Plan, want_dh0):
     chunk_gdn2_bwd_scan_kernel[(triton.cdiv(p.V, BV), p.N * p.H)](
         f["Aqk"], f["QG"], f["AE"], f["KG"], f["GN"], do, dR, dh, dht, dh0, p.cu, p.chunk_offsets,
         H=p.H, K=p.K, V=p.V, BT=64, BK=BK, BV=BV, USE_FINAL_GRAD=dht is not None,
-        STORE_INITIAL_GRAD=want_dh0, DOT=p.DOT)
+        STORE_INITIAL_GRAD=want_dh0, DOT=p.DOT, num_stages=BWD_TILES["num_stages"])
     return dR, dh, dh0
 
 
@@ -108,7 +109,7 @@ def _local_pullback(v, w, f, do, dR, p: _Plan):
     dA, dAqk = torch.empty(p.B, p.T, p.H, 64, **f32), torch.empty(p.B, p.T, p.H, 64, **f32)
     dv, dw = torch.empty(p.B, p.T, p.H, p.V, **f32), torch.empty(p.B, p.T, p.H, p.V, **f32)
     chunk_gdn2_bwd_local_kernel[(p.chunks.shape[0], p.H)](
-        v, w, f["A"], f["R"], do, dR, dv, dw, dA, dAqk, p.cu, p.chunks, H=p.H, V=p.V, BT=64, BV=BV, DOT=p.DOT)
+        v, w, f["A"], f["R"], do, dR, dv, dw, dA, dAqk, p.cu, p.chunks, H=p.H, V=p.V, BT=64, BV=BV, DOT=p.DOT, num_stages=BWD_TILES["num_stages"])
     return dv, dw, dA, dAqk
 
 
@@ -218,7 +219,7 @@ def _input_grads(q, k, g, b, f, do, dR, dh, dA, dAqk, p: _Plan):
     dq, dk, dg, db = (torch.empty(p.B, p.T, p.H, p.K, dtype=torch.float32, device=q.device) for _ in range(4))
     chunk_gdn2_bwd_inputs_kernel[(p.chunks.shape[0], p.H, triton.cdiv(p.K, BKI))](
         q, k, g, b, f["A"], f["R"], do, dR, f["h"], dh, dA, dAqk, dq, dk, dg, db, p.cu, p.chunks, p.scale,
-        H=p.H, K=p.K, V=p.V, BT=64, BC=16, BK=BKI, BV=BV, DOT=p.DOT)
+        H=p.H, K=p.K, V=p.V, BT=64, BC=16, BK=BKI, BV=BV, DOT=p.DOT, num_stages=BWD_TILES["num_stages"])
     return dq, dk, dg, db
 
 
