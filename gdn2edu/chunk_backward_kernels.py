@@ -151,8 +151,7 @@ def chunk_gdn2_bwd_inputs_kernel(q, k, g, b, A, R, do, dR, h, dh, dA, dAqk, dq, 
             + tl.dot(tl.trans(b_kg), _load(R + p_vw, t0, i_v * BV, T, V, H * V, BT, BV), input_precision=DOT)
         b_end += tl.sum(b_S_out * _load(dh + p_h, i_k * BK, i_v * BV, K, V, V, BK, BV), axis=1)
     b_carry = tl.zeros([BK], dtype=tl.float32)          # sum of G_bar over the later sub-chunks
-    for j in tl.static_range(NB):
-        a: tl.constexpr = NB - 1 - j
+    for a in tl.static_range(NB - 1, -1, -1):          # sub-chunks from the last to the first
         r0 = t0 + a * BC
         b_Ga, b_ma = _G_block(g, p_qk, T, t0, a, i_k, H, K, BT, BC, BK)
         b_ra = tl.exp2(b_Ga - b_ma[None, :])
