@@ -1,0 +1,95 @@
+"""Compile every Triton kernel of gdn2edu for Hopper (sm_90) on this machine, no GPU needed.
+
+The Triton interpreter that CI uses accepts code the GPU compiler refuses (a reassigned ``tl.constexpr``)
+and knows nothing of shared memory. This compiles each kernel with the launch settings of K = V = 128,
+the H200 baseline, float32 tiles (the largest) and the tile tables' warps and stages, and checks that it
+fits the 227 KiB of shared memory a Hopper block may use. Exit status 1 if any kernel fails.
+
+    python tools/hopper_compile_check.py
+"""
+
+import os
+import sys
+import time
+
+os.environ["TRITON_INTERPRET"] = "0"      # before gdn2edu imports triton: compile, do not interpret
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+
+from gdn2edu import chunk_backward_kernels as cb  # noqa: E402
+from gdn2edu import chunk_kernels as ck  # noqa: E402
+from gdn2edu import fused_recurrent as fr  # noqa: E402
+
+HOPPER = GPUTarget("cuda", 90, 32)
+SHARED_LIMIT = 232448                     # bytes of shared memory one block may use on an H100/H200
+INT_POINTERS = {"cu_seqlens", "chunk_indices", "chunk_offsets"}
+H, K, V = 16, 128, 128
+
+
+def signature(kernel, bf16=()):
+    """Argument types for ASTSource: float32 tensors (bf16 for the names in ``bf16``), int32 maps, a float
+    scale, an int length T."""
+    types = {}
+    for param in kernel.params:
+        if param.is_constexpr:
+            types[param.name] = "constexpr"
+        elif param.name == "scale":
+            types[param.name] = "fp32"
+        elif param.name == "T":
+            types[param.name] = "i32"
+        else:
+            types[param.name] = ("*i32" if param.name in INT_POINTERS else
+                                 "*bf16" if param.name in bf16 else "*fp32")
+    return types
+
+
+def launches():
+    """(kernel, constexprs, num_warps, num_stages, bf16 pointers) as the host code launches them at
+    K = V = 128: float32 inputs, and for the scan also bf16 inputs with their 16-bit intermediates."""
+    intra, wy, scan, out, bwd = ck.INTRA_TILES, ck.WY_TILES, ck.SCAN_TILES, ck.OUTPUT_TILES, cb.BWD_TILES
+    fused_bv = min(V, max(8, 2048 // K))
+    return [
+        (ck.chunk_gdn2_fwd_intra_kernel, dict(H=H, K=K, BT=64, BC=16, BK=intra["BK"], DOT="ieee"),
+         intra["num_warps"], intra["num_stages"], ()),
+        (ck.chunk_gdn2_fwd_wy_kernel, dict(H=H, K=K, V=V, BT=64, BK=wy["BK"], BV=wy["BV"], DOT="ieee"),
+         wy["num_warps"], 2, ()),
+        (ck.chunk_gdn2_fwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=scan["BV"], USE_INITIAL_STATE=True,
+                                             STORE_FINAL_STATE=True, DOT="ieee"), scan["num_warps"], 1, ()),
+        (ck.chunk_gdn2_fwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=scan["BV"], USE_INITIAL_STATE=True,
+                                             STORE_FINAL_STATE=True, DOT="tf32"),
+         scan["num_warps"], scan["num_stages"], ("AE", "AZ", "KG", "h", "R")),
+        (ck.chunk_gdn2_fwd_output_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=out["BV"], DOT="ieee"),
+         out["num_warps"], 2, ()),
+        (cb.chunk_gdn2_bwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=bwd["BV"], USE_FINAL_GRAD=True,
+                                             STORE_INITIAL_GRAD=True, DOT="ieee"), 4, bwd["num_stages"], ()),
+        (cb.chunk_gdn2_bwd_local_kernel, dict(H=H, V=V, BT=64, BV=bwd["BV"], DOT="ieee"), 4, bwd["num_stages"], ()),
+        (cb.chunk_gdn2_bwd_inputs_kernel, dict(H=H, K=K, V=V, BT=64, BC=16, BK=bwd["BK"], BV=bwd["BV"],
+                                               DOT="ieee"), 4, bwd["num_stages"], ()),
+        (fr._fused_recurrent_gdn2_fwd_kernel, dict(H=H, K=K, V=V, BK=K, BV=fused_bv, USE_INITIAL_STATE=True,
+                                                   STORE_FINAL_STATE=True), 1, 1, ()),
+    ]
+
+
+def main():
+    failures = 0
+    for kernel, constexprs, num_warps, num_stages, bf16 in launches():
+        name = kernel.fn.__name__
+        start = time.monotonic()
+        try:
+            compiled = triton.compile(triton.compiler.ASTSource(kernel, signature(kernel, bf16), constexprs),
+                                      target=HOPPER, options=dict(num_warps=num_warps, num_stages=num_stages))
+        except Exception as err:                  # a compile error: report it, go on with the others
+            failures += 1
+            print(f"FAIL {name}: {type(err).__name__}: {str(err).strip().splitlines()[-1][:300]}")
+            continue
+        shared = compiled.metadata.shared
+        fits = shared <= SHARED_LIMIT
+        failures += not fits
+        print(f"{'ok  ' if fits else 'FAIL'} {name} (warps {num_warps}, stages {num_stages}): shared memory "
+              f"{shared} of {SHARED_LIMIT} bytes, compiled in {time.monotonic() - start:.1f} s")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
