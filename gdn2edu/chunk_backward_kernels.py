@@ -5,7 +5,7 @@
 
 import torch
 
-from gdn2edu.chunk_kernels import _Plan, _forward_output, _forward_states, _load, _plan, _tile
+from gdn2edu.chunk_kernels import _Plan, _chunk_of_program, _forward_output, _forward_states, _load, _plan, _tile
 
 import triton                        # after gdn2edu.chunk_kernels, which selects the interpreter without a GPU
 import triton.language as tl
@@ -78,10 +78,7 @@ def chunk_gdn2_bwd_local_kernel(v, w, A, R, do, dR, dv, dw, dA, dAqk, cu_seqlens
     """One (chunk, head): P = A^T R_bar by value blocks, dv = P w and dw = P v, and the two [BT, BT]
     adjoints D = -L_<(P R^T) (of L = L_<(E Y^T)) and C = L_<=(O_bar R^T) (of Aqk), written as [T, H, BT] rows."""
     i_t, i_h = tl.program_id(0), tl.program_id(1)
-    i_n, i_c = tl.load(chunk_indices + 2 * i_t), tl.load(chunk_indices + 2 * i_t + 1)
-    bos, eos = tl.load(cu_seqlens + i_n), tl.load(cu_seqlens + i_n + 1)
-    T = eos - bos
-    t0 = i_c * BT
+    bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)
     o_t = tl.arange(0, BT)
     p_vw = (bos * H + i_h) * V
     b_A = tl.where(o_t[:, None] >= o_t[None, :], _load(A + (bos * H + i_h) * BT, t0, 0, T, BT, H * BT, BT, BT), 0.0)
@@ -133,10 +130,7 @@ def chunk_gdn2_bwd_inputs_kernel(q, k, g, b, A, R, do, dR, h, dh, dA, dAqk, dq, 
     (anchored like the forward), the direct terms E_dir = -P S^T, Q_g_bar = O_bar S^T, kg_bar = R S_bar_out^T,
     and the chain rule to dq, dk, db and dg (a reverse cumulative sum carried across sub-chunks)."""
     i_t, i_h, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    i_n, i_c = tl.load(chunk_indices + 2 * i_t), tl.load(chunk_indices + 2 * i_t + 1)
-    bos, eos = tl.load(cu_seqlens + i_n), tl.load(cu_seqlens + i_n + 1)
-    T = eos - bos
-    t0 = i_c * BT
+    bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)
     o_t, o_c = tl.arange(0, BT), tl.arange(0, BC)
     p_qk, p_vw, p_A = (bos * H + i_h) * K, (bos * H + i_h) * V, (bos * H + i_h) * BT
     p_h = (i_t * H + i_h) * K * V

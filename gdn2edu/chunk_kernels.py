@@ -28,6 +28,15 @@ def _tile(base, row0, col0, n_rows, n_cols, stride, BR: tl.constexpr, BCOL: tl.c
 
 
 @triton.jit
+def _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT: tl.constexpr):
+    """For the program of global chunk i_t: its sequence's first row bos, the sequence's length T, and the
+    chunk's first row t0 within the sequence (chunk_indices maps i_t to (sequence, chunk))."""
+    i_n, i_c = tl.load(chunk_indices + 2 * i_t), tl.load(chunk_indices + 2 * i_t + 1)
+    bos, eos = tl.load(cu_seqlens + i_n), tl.load(cu_seqlens + i_n + 1)
+    return bos, eos - bos, i_c * BT
+
+
+@triton.jit
 def _load(base, row0, col0, n_rows, n_cols, stride, BR: tl.constexpr, BCOL: tl.constexpr):
     """The tile as float32, zero outside the view (tails of sequences, padded feature columns)."""
     p_x, m_x = _tile(base, row0, col0, n_rows, n_cols, stride, BR, BCOL)
@@ -92,10 +101,7 @@ def chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, cu_seqlens, chunk_indices, s
                                 BK: tl.constexpr, DOT: tl.constexpr):
     """One (chunk, head): A = (I + L)^{-1} and Aqk = scale * L_<=(Q_g Y^T), written as [T, H, BT] rows."""
     i_t, i_h = tl.program_id(0), tl.program_id(1)
-    i_n, i_c = tl.load(chunk_indices + 2 * i_t), tl.load(chunk_indices + 2 * i_t + 1)
-    bos, eos = tl.load(cu_seqlens + i_n), tl.load(cu_seqlens + i_n + 1)
-    T = eos - bos
-    t0 = i_c * BT
+    bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)
     z = tl.zeros([BC, BC], dtype=tl.float32)
     b_L00, b_L11, b_L22, b_L33, b_L10, b_L20, b_L21, b_L30, b_L31, b_L32 = z, z, z, z, z, z, z, z, z, z
     b_S00, b_S11, b_S22, b_S33, b_S10, b_S20, b_S21, b_S30, b_S31, b_S32 = z, z, z, z, z, z, z, z, z, z
@@ -176,10 +182,7 @@ def chunk_gdn2_fwd_wy_kernel(q, k, v, g, b, w, A, AE, AZ, KG, QG, GN, cu_seqlens
     """One (chunk, head): AE, AZ, kg = K * gamma_n / gamma, Q_g = scale * Q * gamma ([T, H, *] rows) and
     gamma_n ([chunks, H, K]), from A ([T, H, BT] rows) and the inputs."""
     i_t, i_h = tl.program_id(0), tl.program_id(1)
-    i_n, i_c = tl.load(chunk_indices + 2 * i_t), tl.load(chunk_indices + 2 * i_t + 1)
-    bos, eos = tl.load(cu_seqlens + i_n), tl.load(cu_seqlens + i_n + 1)
-    T = eos - bos
-    t0 = i_c * BT
+    bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)
     o_t = tl.arange(0, BT)
     b_A = tl.where(o_t[:, None] >= o_t[None, :], _load(A + (bos * H + i_h) * BT, t0, 0, T, BT, H * BT, BT, BT), 0.0)
     p_qk, p_vw = (bos * H + i_h) * K, (bos * H + i_h) * V
@@ -252,10 +255,7 @@ def chunk_gdn2_fwd_output_kernel(QG, h, Aqk, R, o, cu_seqlens, chunk_indices,
                                  BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr):
     """One (chunk, head, value block): O = Q_g h + Aqk R, written in o's dtype."""
     i_t, i_h, i_v = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    i_n, i_c = tl.load(chunk_indices + 2 * i_t), tl.load(chunk_indices + 2 * i_t + 1)
-    bos, eos = tl.load(cu_seqlens + i_n), tl.load(cu_seqlens + i_n + 1)
-    T = eos - bos
-    t0 = i_c * BT
+    bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)
     o_t = tl.arange(0, BT)
     p_qk, p_vw = (bos * H + i_h) * K, (bos * H + i_h) * V
     b_QG = _load_tile(QG + p_qk, t0, 0, T, K, H * K, BT, BK)
