@@ -68,6 +68,12 @@ def forward_kernel_costs(B, T, H, K, V, chunk=64, dtype_bytes=2):
 
 def roofline_time_ms(flops, nbytes, flops_per_s, bytes_per_s):
     """The roofline's lower bound on a kernel's time: max(FLOPs / peak rate, bytes / peak bandwidth), in ms."""
+    for name, value in (("flops", flops), ("nbytes", nbytes)):
+        if not value >= 0:
+            raise ValueError(f"{name} must be a non-negative count, got {value!r}")
+    for name, value in (("flops_per_s", flops_per_s), ("bytes_per_s", bytes_per_s)):
+        if not value > 0:
+            raise ValueError(f"{name} must be a positive rate, got {value!r}")
     return 1e3 * max(flops / flops_per_s, nbytes / bytes_per_s)
 
 

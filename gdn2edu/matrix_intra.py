@@ -6,6 +6,19 @@
 import torch
 
 
+def _check_pullback_args(C, G, left, right):
+    """C [..., n, n]; G, left, right [..., n, K] with the same shape: else a ValueError naming the argument."""
+    if C.dim() < 2 or C.shape[-1] != C.shape[-2]:
+        raise ValueError(f"C must be square [..., n, n], got shape {tuple(C.shape)}")
+    for name, x in (("G", G), ("left", left), ("right", right)):
+        if x.shape[:-1] != C.shape[:-1]:
+            raise ValueError(f"{name} must be [..., n, K] with C's leading shape {tuple(C.shape[:-1])}, "
+                             f"got {tuple(x.shape)}")
+    for name, x in (("left", left), ("right", right)):
+        if x.shape != G.shape:
+            raise ValueError(f"{name} must have G's shape {tuple(G.shape)}, got {tuple(x.shape)}")
+
+
 def centered_pullback(C, G, left, right):
     """pairwise_pullback by two matrix products on factors centered at each feature's midpoint.
 
@@ -13,6 +26,7 @@ def centered_pullback(C, G, left, right):
     G_bar), each [..., n, K]. Exact algebra; in floating point safe while the per-feature range of G in
     the chunk stays below twice the largest exponent of the dtype (about 176 in float32).
     """
+    _check_pullback_args(C, G, left, right)
     m = (G.amax(-2, keepdim=True) + G.amin(-2, keepdim=True)) / 2
     alpha, zeta = (G - m).exp(), (m - G).exp()                # both within exp(+-range / 2)
     left_bar = alpha * (C @ (right * zeta))
@@ -27,6 +41,9 @@ def subchunk_pullback(C, G, left, right, sub=16):
     Returns (left_bar, right_bar, G_bar), each [..., n, K]. Off-diagonal factors lie in [0, 1]; diagonal
     blocks need only their own range below the dtype's limit (16 tokens of g = -5 give 75).
     """
+    _check_pullback_args(C, G, left, right)
+    if isinstance(sub, bool) or not isinstance(sub, int) or sub < 1:
+        raise ValueError(f"sub must be a positive integer, got {sub!r}")
     left_bar, right_bar = torch.zeros_like(left), torch.zeros_like(right)
     for a in range(0, G.shape[-2], sub):
         I = slice(a, a + sub)

@@ -112,3 +112,10 @@ def test_amdahl():
         amdahl_speedup(1.5, 2.0)
     with pytest.raises(ValueError, match="s must be"):
         amdahl_speedup(0.5, 0.0)
+
+
+def test_roofline_rejects_bad_rates():
+    with pytest.raises(ValueError, match="^flops_per_s "):
+        roofline_time_ms(1e9, 1e6, -1.0, 1e12)
+    with pytest.raises(ValueError, match="^nbytes "):
+        roofline_time_ms(1e9, -1, 1e12, 1e12)

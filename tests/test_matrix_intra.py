@@ -68,3 +68,16 @@ def test_gram_free_scalar_gate(zero_beta):
     got = gdn2edu.gram_free_scalar_gate(D, G.detach(), k.detach(), beta.detach())
     for x, y in zip(got, expected):
         assert torch.isfinite(x).all() and rel(x, y) < TOL
+
+
+def test_pullbacks_name_bad_arguments():
+    from gdn2edu.matrix_intra import centered_pullback, subchunk_pullback
+    C, G = torch.randn(4, 4, dtype=torch.float64), torch.randn(4, 3, dtype=torch.float64)
+    with pytest.raises(ValueError, match="^C "):
+        centered_pullback(torch.randn(4, 5), G, G, G)
+    with pytest.raises(ValueError, match="^G "):
+        centered_pullback(C, torch.randn(5, 3), G, G)
+    with pytest.raises(ValueError, match="^right "):
+        subchunk_pullback(C, G, G, torch.randn(4, 2))
+    with pytest.raises(ValueError, match="^sub "):
+        subchunk_pullback(C, G, G, G, sub=0)
