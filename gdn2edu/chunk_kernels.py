@@ -176,11 +176,12 @@ def chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, cu_seqlens, chunk_indices, s
 
 
 @triton.jit
-def chunk_gdn2_fwd_wy_kernel(q, k, v, g, b, w, A, AE, AZ, KG, QG, GN, cu_seqlens, chunk_indices, scale,
+def chunk_gdn2_fwd_wy_kernel(q, k, v, g, b, w, A, AE, AZ, KG, QG, GN, Gc, cu_seqlens, chunk_indices, scale,
                              H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                             BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr):
+                             BK: tl.constexpr, BV: tl.constexpr, STORE_G: tl.constexpr, DOT: tl.constexpr):
     """One (chunk, head): AE, AZ, kg = K * gamma_n / gamma, Q_g = scale * Q * gamma ([T, H, *] rows) and
-    gamma_n ([chunks, H, K]), from A ([T, H, BT] rows) and the inputs."""
+    gamma_n ([chunks, H, K]), from A ([T, H, BT] rows) and the inputs; with STORE_G also the base-2 G
+    from the chunk's start (Gc [T, H, K] float32, for the backward of Chapter 10)."""
     i_t, i_h = tl.program_id(0), tl.program_id(1)
     bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)
     o_t = tl.arange(0, BT)
@@ -200,6 +201,9 @@ def chunk_gdn2_fwd_wy_kernel(q, k, v, g, b, w, A, AE, AZ, KG, QG, GN, cu_seqlens
         tl.store(p_x, _load(q + p_qk, t0, i_k * BK, T, K, H * K, BT, BK) * (scale * tl.exp2(b_G)), mask=m_x)
         o_k = i_k * BK + tl.arange(0, BK)
         tl.store(GN + (i_t * H + i_h) * K + o_k, tl.exp2(b_Gn), mask=o_k < K)
+        if STORE_G:
+            p_x, m_x = _tile(Gc + p_qk, t0, i_k * BK, T, K, H * K, BT, BK)
+            tl.store(p_x, b_G, mask=m_x)
     for i_v in range(tl.cdiv(V, BV)):
         b_Z = _load(v + p_vw, t0, i_v * BV, T, V, H * V, BT, BV) * _load(w + p_vw, t0, i_v * BV, T, V, H * V, BT, BV)
         p_x, m_x = _tile(AZ + p_vw, t0, i_v * BV, T, V, H * V, BT, BV)
@@ -351,10 +355,11 @@ def _plan(q, k, v, g, b, w, scale, initial_state, cu_seqlens):
     return _Plan(B, T, H, K, V, len(offsets) - 1, dims.scale, *_schedule(offsets, 64, q.device), DOT, store)
 
 
-def _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p: _Plan):
+def _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p: _Plan, store_G=False):
     """The intra, WY and scan launches on contiguous inputs. Returns the dict of their results: A, Aqk
     [B, T, H, 64] float32; AE, QG, KG [B, T, H, K], AZ, R [B, T, H, V] and h [chunks, H, K, V] in p.store;
-    GN [chunks, H, K] float32; ht [N, H, K, V] float32 or None."""
+    GN [chunks, H, K] float32; ht [N, H, K, V] float32 or None; G, the base-2 G from each chunk's start
+    [B, T, H, K] float32, if store_G (else None)."""
     BT, BC = 64, 16
     B, T, H, K, V = p.B, p.T, p.H, p.K, p.V
     BK = max(16, triton.next_power_of_2(K))
@@ -370,10 +375,11 @@ def _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p: _Pla
     AZ, R = torch.empty(B, T, H, V, **like), torch.empty(B, T, H, V, **like)
     GN = torch.empty(n_chunks, H, K, dtype=torch.float32, device=q.device)
     h = torch.empty(n_chunks, H, K, V, **like)
+    G = torch.empty(B, T, H, K, dtype=torch.float32, device=q.device) if store_G else None
     chunk_gdn2_fwd_wy_kernel[(n_chunks, H)](
-        q, k, v, g, b, w, A, AE, AZ, KG, QG, GN, p.cu, p.chunks, p.scale, H=H, K=K, V=V, BT=BT,
-        BK=min(BK, WY_TILES["BK"]), BV=min(WY_TILES["BV"], max(16, triton.next_power_of_2(V))), DOT=p.DOT,
-        num_warps=WY_TILES["num_warps"], num_stages=2)
+        q, k, v, g, b, w, A, AE, AZ, KG, QG, GN, G, p.cu, p.chunks, p.scale, H=H, K=K, V=V, BT=BT,
+        BK=min(BK, WY_TILES["BK"]), BV=min(WY_TILES["BV"], max(16, triton.next_power_of_2(V))),
+        STORE_G=store_G, DOT=p.DOT, num_warps=WY_TILES["num_warps"], num_stages=2)
     h0 = initial_state.to(torch.float32).contiguous() if initial_state is not None else None
     ht = q.new_empty(p.N, H, K, V, dtype=torch.float32) if output_final_state else None
     chunk_gdn2_fwd_scan_kernel[(triton.cdiv(V, BV), p.N * H)](
@@ -381,7 +387,7 @@ def _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p: _Pla
         USE_INITIAL_STATE=h0 is not None, STORE_FINAL_STATE=ht is not None, DOT=p.DOT,
         num_warps=SCAN_TILES["num_warps"] if BK > 64 else 4,
         num_stages=SCAN_TILES["num_stages"] if p.store != torch.float32 else 1)  # fp32 tiles fill shared memory
-    return dict(A=A, Aqk=Aqk, AE=AE, AZ=AZ, KG=KG, QG=QG, GN=GN, h=h, R=R, ht=ht)
+    return dict(A=A, Aqk=Aqk, AE=AE, AZ=AZ, KG=KG, QG=QG, GN=GN, h=h, R=R, ht=ht, G=G)
 
 
 def _forward_output(v, f, p: _Plan):

@@ -1,11 +1,15 @@
-"""Check and time gdn2edu's Triton backward (Chapter 10) on one GPU.
+"""Check and time gdn2edu's Triton backward (Chapter 10) on one GPU, against FLA's in the same process.
 
 Writes one JSON file with the provenance (GPU, driver, versions, date, commit, command), the relative L2
 error of every gradient of ``chunk_gdn2`` (bf16 and fp32 inputs) against float64 autograd through
 ``chunk_gdn2_torch(..., backward="rewy")`` on the same rounded inputs, the thresholds they are held to, and
-the forward + backward time (median of ``triton.testing.do_bench``) and peak memory of ours. No FLA.
+for each standard shape the forward, backward and forward + backward times (``gdn2edu.bench``'s
+``time_forward_backward``: medians of ``triton.testing.do_bench``) and peak memory of ours and of FLA's
+``chunk_gdn2`` (when ``fla`` imports) on the same inputs, plus the per-kernel times of our backward.
 
     python tools/gpu_backward_bench.py --out results/h200_backward.json --commit $(git rev-parse HEAD)
+
+``--tiles FILE`` first applies tile settings written by tools/gpu_tune_backward.py (recorded in the output).
 """
 
 from __future__ import annotations
@@ -22,10 +26,12 @@ import triton.testing
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gdn2edu                                                   # noqa: E402
+from gdn2edu import chunk_backward_kernels, chunk_kernels       # noqa: E402
+from gdn2edu.bench import STANDARD_SHAPES, _fla_ops, kernel_times, time_forward_backward  # noqa: E402
 from gdn2edu.chunk_kernels import baseline_inputs               # noqa: E402
 from gpu_forward_bench import provenance, rel_l2                # noqa: E402
 
-SHAPES = [(1, 8192, 16), (4, 2048, 16)]    # (B, T, H)
+SHAPES = [(1, 8192, 16), (4, 2048, 16)]    # (B, T, H) of the gradient checks
 K = V = 128
 NAMES = ("q", "k", "v", "g", "b", "w", "initial_state")
 # ReWY's thresholds (relative L2): 0.8% for q, k, v and the state, 2% for the gate gradients g, b, w
@@ -64,29 +70,31 @@ def check(B, T, H, dtype):
 
 
 def timing(B, T, H, dtype=torch.bfloat16):
-    """Median ms of the forward alone and of forward + backward, and the peak memory of one step."""
-    inputs, S0, do, dht = problem(B, T, H, dtype, seed=0)
-    leaves = [x.requires_grad_() for x in inputs]
+    """Forward, backward, forward + backward ms and peak MiB of ours and FLA's on the same baseline inputs,
+    ours first then FLA's, twice (the second round is kept: both compiled and warm), and the per-kernel
+    times of our backward."""
+    inputs = baseline_inputs(B, T, H, K, V, dtype=dtype, seed=0)
+    fla = _fla_ops()
+    impls = {"gdn2edu": gdn2edu.chunk_gdn2, **({} if isinstance(fla, str) else {"fla": fla["chunk"]})}
+    rows = {}
+    for _ in range(2):
+        for name, fn in impls.items():
+            rows[name] = time_forward_backward(fn, inputs)
+    leaves = [x.detach().requires_grad_() for x in inputs]
+    o = gdn2edu.chunk_gdn2(*leaves)[0]
+    do = torch.randn_like(o)
+    kernels = kernel_times(lambda: torch.autograd.grad(o, leaves, do, retain_graph=True), repeats=10)
+    return {"B": B, "T": T, "H": H, "K": K, "V": V, "dtype": str(dtype).replace("torch.", ""), "impls": rows,
+            "fla": "ok" if "fla" in impls else fla, "our_backward_kernels_ms": kernels}
 
-    def forward():
-        with torch.no_grad():
-            gdn2edu.chunk_gdn2(*inputs)
 
-    def step():
-        o, _ = gdn2edu.chunk_gdn2(*leaves)
-        o.backward(do)
-
-    step()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    step()
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - base
-    fwd = triton.testing.do_bench(forward, warmup=25, rep=100, return_mode="median")
-    fwd_bwd = triton.testing.do_bench(step, warmup=25, rep=100, grad_to_none=leaves, return_mode="median")
-    return {"B": B, "T": T, "H": H, "K": K, "V": V, "dtype": str(dtype).replace("torch.", ""),
-            "ms": {"forward": fwd, "forward_backward": fwd_bwd}, "peak_step_memory_gib": peak / 2**30}
+def apply_tiles(path):
+    """Update the modules' tile tables from a tools/gpu_tune_backward.py result; returns what was applied."""
+    best = json.loads(Path(path).read_text())["best"]
+    tables = {"BWD_INPUTS_TILES": chunk_backward_kernels.BWD_INPUTS_TILES, "WY_TILES": chunk_kernels.WY_TILES}
+    for name, setting in best.items():
+        tables[name].update(setting)
+    return best
 
 
 def main(argv=None):
@@ -94,17 +102,24 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
     parser.add_argument("--commit", default="unknown", help="git commit of the code being measured")
     parser.add_argument("--budget", type=float, default=200.0, help="seconds after which no new step starts")
+    parser.add_argument("--tiles", help="JSON of tools/gpu_tune_backward.py whose best settings to apply first")
     args = parser.parse_args(argv)
     start = time.monotonic()
-    result = {"provenance": provenance(args.commit), "thresholds_rel_l2": THRESHOLDS, "checks": [],
-              "timing": [], "skipped": []}
+    result = {"provenance": provenance(args.commit), "thresholds_rel_l2": THRESHOLDS,
+              "tile_overrides": apply_tiles(args.tiles) if args.tiles else {},
+              "tiles": {"BWD_SCAN_TILES": chunk_backward_kernels.BWD_SCAN_TILES,
+                        "BWD_LOCAL_TILES": chunk_backward_kernels.BWD_LOCAL_TILES,
+                        "BWD_INPUTS_TILES": chunk_backward_kernels.BWD_INPUTS_TILES,
+                        "WY_TILES": chunk_kernels.WY_TILES},
+              "checks": [], "timing": [], "skipped": []}
 
     def save():
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2) + "\n")
 
-    steps = [("checks", check, (B, T, H, dtype)) for B, T, H in SHAPES for dtype in (torch.bfloat16, torch.float32)]
-    steps += [("timing", timing, shape) for shape in SHAPES]
+    steps = [("checks", check, (B, T, H, torch.bfloat16)) for B, T, H in SHAPES]
+    steps += [("checks", check, (*SHAPES[-1], torch.float32))]
+    steps += [("timing", timing, shape) for shape in STANDARD_SHAPES]
     for part, fn, shape in steps:
         if time.monotonic() - start > args.budget:
             result["skipped"].append(f"{part} {shape}")

@@ -25,6 +25,8 @@ HOPPER = GPUTarget("cuda", 90, 32)
 SHARED_LIMIT = 232448                     # bytes of shared memory one block may use on an H100/H200
 INT_POINTERS = {"cu_seqlens", "chunk_indices", "chunk_offsets"}
 H, K, V = 16, 128, 128
+# the backward's 16-bit tensors with bf16 inputs: the inputs, their gradients and the stored intermediates
+BWD_BF16 = ("q", "k", "v", "b", "w", "do", "QG", "AE", "KG", "dR", "dh", "R", "P", "h", "dv", "dw", "dq", "dk", "db")
 
 
 def signature(kernel, bf16=()):
@@ -46,13 +48,17 @@ def signature(kernel, bf16=()):
 
 def launches():
     """(kernel, constexprs, num_warps, num_stages, bf16 pointers) as the host code launches them at
-    K = V = 128: float32 inputs, and for the scan also bf16 inputs with their 16-bit intermediates."""
-    intra, wy, scan, out, bwd = ck.INTRA_TILES, ck.WY_TILES, ck.SCAN_TILES, ck.OUTPUT_TILES, cb.BWD_TILES
+    K = V = 128: float32 inputs, and for the scans and the backward also bf16 inputs with their 16-bit
+    intermediates."""
+    intra, wy, scan, out = ck.INTRA_TILES, ck.WY_TILES, ck.SCAN_TILES, ck.OUTPUT_TILES
+    bscan, blocal, binputs = cb.BWD_SCAN_TILES, cb.BWD_LOCAL_TILES, cb.BWD_INPUTS_TILES
+    scan_bv = 64 if bscan["BV"] == "auto" else bscan["BV"]         # "auto" picks at most 64: the largest tiles
     fused_bv = min(V, max(8, 2048 // K))
     return [
         (ck.chunk_gdn2_fwd_intra_kernel, dict(H=H, K=K, BT=64, BC=16, BK=intra["BK"], DOT="ieee"),
          intra["num_warps"], intra["num_stages"], ()),
-        (ck.chunk_gdn2_fwd_wy_kernel, dict(H=H, K=K, V=V, BT=64, BK=wy["BK"], BV=wy["BV"], DOT="ieee"),
+        (ck.chunk_gdn2_fwd_wy_kernel, dict(H=H, K=K, V=V, BT=64, BK=wy["BK"], BV=wy["BV"], STORE_G=True,
+                                           DOT="ieee"),
          wy["num_warps"], 2, ()),
         (ck.chunk_gdn2_fwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=scan["BV"], USE_INITIAL_STATE=True,
                                              STORE_FINAL_STATE=True, DOT="ieee"), scan["num_warps"], 1, ()),
@@ -61,11 +67,14 @@ def launches():
          scan["num_warps"], scan["num_stages"], ("AE", "AZ", "KG", "h", "R")),
         (ck.chunk_gdn2_fwd_output_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=out["BV"], DOT="ieee"),
          out["num_warps"], 2, ()),
-        (cb.chunk_gdn2_bwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=bwd["BV"], USE_FINAL_GRAD=True,
-                                             STORE_INITIAL_GRAD=True, DOT="ieee"), 4, bwd["num_stages"], ()),
-        (cb.chunk_gdn2_bwd_local_kernel, dict(H=H, V=V, BT=64, BV=bwd["BV"], DOT="ieee"), 4, bwd["num_stages"], ()),
-        (cb.chunk_gdn2_bwd_inputs_kernel, dict(H=H, K=K, V=V, BT=64, BC=16, BK=bwd["BK"], BV=bwd["BV"],
-                                               DOT="ieee"), 4, bwd["num_stages"], ()),
+        *(launch for dot, pointers in (("ieee", ()), ("tf32", BWD_BF16)) for launch in (
+            (cb.chunk_gdn2_bwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=scan_bv, USE_FINAL_GRAD=True,
+                                                 STORE_INITIAL_GRAD=True, DOT=dot),
+             bscan["num_warps"], bscan["num_stages"] if pointers else 1, pointers),
+            (cb.chunk_gdn2_bwd_local_kernel, dict(H=H, V=V, BT=64, BV=blocal["BV"], DOT=dot),
+             blocal["num_warps"], blocal["num_stages"], pointers),
+            (cb.chunk_gdn2_bwd_inputs_kernel, dict(H=H, K=K, V=V, BT=64, BC=16, BK=binputs["BK"], BV=binputs["BV"],
+                                                   DOT=dot), binputs["num_warps"], binputs["num_stages"], pointers))),
         (fr._fused_recurrent_gdn2_fwd_kernel, dict(H=H, K=K, V=V, BK=K, BV=fused_bv, USE_INITIAL_STATE=True,
                                                    STORE_FINAL_STATE=True), 1, 1, ()),
     ]

@@ -1,0 +1,75 @@
+"""Time tile settings of the backward's inputs kernel and the forward's WY kernel (which the backward
+re-runs) on a GPU, and write the fastest of each to a JSON file that gpu_backward_bench.py --tiles reads.
+
+    python tools/gpu_tune_backward.py --out tiles.json --budget 150
+
+Each setting is timed alone (``triton.testing.do_bench``, median) on the (1, 8192, 16) baseline inputs,
+K = V = 128, bf16. A setting that fails to compile or launch is recorded with its error; an illegal memory
+access ends the run (the CUDA context is lost), so run this in its own process.
+"""
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import triton.testing
+
+from gdn2edu import chunk_backward_kernels as cb
+from gdn2edu import chunk_kernels as ck
+from gdn2edu.chunk_kernels import _forward_states, _plan, baseline_inputs
+
+INPUTS = [dict(BK=16, BV=64, num_warps=8, num_stages=1), dict(BK=16, BV=64, num_warps=8, num_stages=2),
+          dict(BK=16, BV=128, num_warps=8, num_stages=1), dict(BK=32, BV=64, num_warps=8, num_stages=1),
+          dict(BK=32, BV=64, num_warps=4, num_stages=2)]
+WY = [dict(BK=32, BV=64, num_warps=2), dict(BK=32, BV=64, num_warps=8), dict(BK=16, BV=64, num_warps=8),
+      dict(BK=32, BV=64, num_warps=4)]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--budget", type=float, default=150.0, help="seconds after which no new setting starts")
+    args = parser.parse_args(argv)
+    start = time.monotonic()
+    x = baseline_inputs(1, 8192, 16)
+    p = _plan(*x, None, None, None)
+    f = _forward_states(*x, None, True, p, store_G=True)
+    do = torch.randn_like(x[2])
+    dR, dh, _ = cb._reverse_scan(f, do, None, p, False)
+    _, _, dA, dAqk, P = cb._local_pullback(x[2], x[5], f, do, dR, p)
+    runs = {"BWD_INPUTS_TILES": (cb.BWD_INPUTS_TILES, INPUTS,
+                                 lambda: cb._input_grads(x[0], x[1], x[3], x[4], f, do, P, dh, dA, dAqk, p)),
+            "WY_TILES": (ck.WY_TILES, WY, lambda: _forward_states(*x, None, True, p, store_G=True))}
+    result = {"shape": [1, 8192, 16], "timed": [], "best": {}}
+    for name, (table, settings, fn) in runs.items():
+        default = dict(table)
+        for setting in settings:
+            if time.monotonic() - start > args.budget:
+                break
+            table.update(setting)
+            row = {"table": name, **setting}
+            try:
+                fn()
+                torch.cuda.synchronize()
+                row["ms"] = triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
+            except Exception as err:                     # compile or launch failure: record it, go on
+                row["error"] = f"{type(err).__name__}: {str(err)[:200]}"
+            print(json.dumps(row), flush=True)
+            result["timed"].append(row)
+            timed = [r for r in result["timed"] if r["table"] == name and "ms" in r]
+            if timed:
+                best = min(timed, key=lambda r: r["ms"])
+                result["best"][name] = {k: v for k, v in best.items() if k not in ("table", "ms")}
+            args.out.write_text(json.dumps(result, indent=1) + "\n")
+            if "error" in row and "illegal memory access" in row["error"]:
+                return 1
+        table.clear()
+        table.update(default)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
