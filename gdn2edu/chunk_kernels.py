@@ -411,7 +411,7 @@ def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_st
     sequences q[:, t_n:t_{n+1}] run independently and the states are [N, H, K, V].
     Accumulates in float32; returns (o [B, T, H, V] in v's dtype, final state float32 [B or N, H, K, V] or None).
     Differentiable: when an input requires grad, the Triton backward of Chapter 10 runs; it recomputes the
-    forward's intermediates unless save_intermediates=True, which keeps them (float32) from the forward.
+    forward's intermediates unless save_intermediates=True, which keeps them from the forward.
     """
     p = _plan(q, k, v, g, b, w, scale, initial_state, cu_seqlens)
     tensors = (q, k, v, g, b, w) + ((initial_state,) if initial_state is not None else ())
