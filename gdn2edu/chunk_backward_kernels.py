@@ -60,7 +60,7 @@ def chunk_gdn2_bwd_scan_kernel(Aqk, QG, AE, KG, GN, do, dR, dh, dht, dh0, cu_seq
 # intermediates the scan's tiles leave room for one stage only, as in the forward's scan.
 BWD_SCAN_TILES = {"BV": "auto", "num_warps": 4, "num_stages": 3}
 BWD_LOCAL_TILES = {"BV": 128, "num_warps": 4, "num_stages": 1}
-BWD_INPUTS_TILES = {"BK": 32, "BV": 64, "num_warps": 4, "num_stages": 2}
+BWD_INPUTS_TILES = {"BK": 32, "BV": 64, "num_warps": 8, "num_stages": 2}   # the rows and keys kernels
 
 
 def _scan_value_block(p: _Plan, device):
@@ -96,7 +96,7 @@ def chunk_gdn2_bwd_local_kernel(v, w, A, R, do, dR, P, dv, dw, dA, dAqk, cu_seql
                                 DOT: tl.constexpr):
     """One (chunk, head): P = A^T R_bar by value blocks (written in the intermediates' type), dv = P w and
     dw = P v (in v's and w's types), and the two [BT, BT] adjoints D = -L_<(P R^T) (of L = L_<(E Y^T)) and
-    C = L_<=(O_bar R^T) (of Aqk), written in float32 as [T, H, BT] rows."""
+    C = L_<=(O_bar R^T) (of Aqk), written in the intermediates' type as [T, H, BT] rows."""
     i_t, i_h = tl.program_id(0), tl.program_id(1)
     bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)
     o_t = tl.arange(0, BT)
@@ -118,16 +118,16 @@ def chunk_gdn2_bwd_local_kernel(v, w, A, R, do, dR, P, dv, dw, dA, dAqk, cu_seql
         p_x, m_x = _tile(dw + p_vw, t0, i_v * BV, T, V, H * V, BT, BV)
         tl.store(p_x, (b_P * _load(v + p_vw, t0, i_v * BV, T, V, H * V, BT, BV)).to(p_x.dtype.element_ty), mask=m_x)
     p_x, m_x = _tile(dA + (bos * H + i_h) * BT, t0, 0, T, BT, H * BT, BT, BT)
-    tl.store(p_x, tl.where(o_t[:, None] > o_t[None, :], -b_D, 0.0), mask=m_x)
+    tl.store(p_x, tl.where(o_t[:, None] > o_t[None, :], -b_D, 0.0).to(p_x.dtype.element_ty), mask=m_x)
     p_x, m_x = _tile(dAqk + (bos * H + i_h) * BT, t0, 0, T, BT, H * BT, BT, BT)
-    tl.store(p_x, tl.where(o_t[:, None] >= o_t[None, :], b_C, 0.0), mask=m_x)
+    tl.store(p_x, tl.where(o_t[:, None] >= o_t[None, :], b_C, 0.0).to(p_x.dtype.element_ty), mask=m_x)
 
 
 def _local_pullback(v, w, f, do, dR, p: _Plan):
     """Launch the local kernel. Returns (dv, dw [B, T, H, V] in v's and w's types, D and H_q as [B, T, H, 64]
-    float32 rows, P [B, T, H, V] in p.store)."""
+    rows and P [B, T, H, V], these three in p.store)."""
     BV = min(BWD_LOCAL_TILES["BV"], max(16, triton.next_power_of_2(p.V)))
-    dA = torch.empty(p.B, p.T, p.H, 64, dtype=torch.float32, device=v.device)
+    dA = torch.empty(p.B, p.T, p.H, 64, dtype=p.store, device=v.device)
     dAqk = torch.empty_like(dA)
     dv, dw, P = torch.empty_like(v), torch.empty_like(w), torch.empty(p.B, p.T, p.H, p.V, dtype=p.store, device=v.device)
     chunk_gdn2_bwd_local_kernel[(p.chunks.shape[0], p.H)](
@@ -163,14 +163,73 @@ def _G_anchors(Gc, t0, col0, T, K: tl.constexpr, stride, BT: tl.constexpr, BC: t
 
 
 @triton.jit
-def chunk_gdn2_bwd_inputs_kernel(q, k, b, Gc, P, do, R, h, ht, dh, dA, dAqk, dq, dk, dg, db,
-                                 cu_seqlens, chunk_indices, scale, H: tl.constexpr, K: tl.constexpr,
-                                 V: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
-                                 BV: tl.constexpr, DOT: tl.constexpr):
-    """One (chunk, head, key block), all BT rows at once: the direct terms E_dir = -P S^T, Q_g_bar = O_bar S^T,
-    kg_bar = R S_bar_out^T; the pairwise pullbacks of D and C, the diagonal sub-chunk blocks on midpoint
-    anchors and the others on boundary anchors; the endpoint; the chain rule to dq, dk, db (in their
-    inputs' types) and dg (a reverse cumulative sum over the chunk plus the endpoint)."""
+def chunk_gdn2_bwd_rows_kernel(q, k, b, Gc, P, do, h, dA, dAqk, dq, db, dk_part, Gbar_part,
+                               cu_seqlens, chunk_indices, scale, H: tl.constexpr, K: tl.constexpr,
+                               V: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+                               BV: tl.constexpr, DOT: tl.constexpr):
+    """One (chunk, head, key block), all BT rows at once: the adjoints of b * k and of scale * q, from the
+    direct terms E_dir = -P S^T, Q_g_bar = O_bar S^T and the rows' side of the pairwise pullbacks (diagonal
+    sub-chunk blocks on midpoint anchors, the others on the row before each sub-chunk). Writes dq and db in
+    their inputs' types, and in float32 the parts of dk (b * bk_bar) and of G_bar that the keys kernel completes."""
+    i_t, i_h, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)
+    o_t = tl.arange(0, BT)
+    p_qk, p_vw, p_A = (bos * H + i_h) * K, (bos * H + i_h) * V, (bos * H + i_h) * BT
+    p_h, c0 = (i_t * H + i_h) * K * V, i_k * BK
+    NB: tl.constexpr = BT // BC
+    CT: tl.constexpr = P.dtype.element_ty                 # the products' operand type
+    b_Qb = tl.zeros([BT, BK], dtype=tl.float32)
+    b_Pd = tl.zeros([BT, BK], dtype=tl.float32)
+    for i_v in range(tl.cdiv(V, BV)):
+        b_h = _load_tile(h + p_h, c0, i_v * BV, K, V, V, BK, BV)
+        b_Qb += tl.dot(_load_tile(do + p_vw, t0, i_v * BV, T, V, H * V, BT, BV).to(CT), tl.trans(b_h),
+                       input_precision=DOT)
+        b_Pd += tl.dot(_load_tile(P + p_vw, t0, i_v * BV, T, V, H * V, BT, BV), tl.trans(b_h), input_precision=DOT)
+    b_G = _G_rows(Gc + p_qk, t0, c0, T, K, H * K, BT, BK)
+    b_gam = tl.exp2(b_G)
+    b_bk = -b_Pd * b_gam                                  # adjoint of b * k, direct part
+    b_qb = b_Qb * b_gam                                   # adjoint of scale * q, direct part
+    b_k = _load(k + p_qk, t0, c0, T, K, H * K, BT, BK)
+    b_D = _load_tile(dA + p_A, t0, 0, T, BT, H * BT, BT, BT)
+    b_C = _load_tile(dAqk + p_A, t0, 0, T, BT, H * BT, BT, BT)
+    same = (o_t[:, None] // BC) == (o_t[None, :] // BC)
+    b_m = _G_anchors(Gc + p_qk, t0, c0, T, K, H * K, BT, BC, BK, BC // 2)
+    b_Y = (b_k * tl.exp2(b_m - b_G)).to(CT)
+    b_r = tl.exp2(b_G - b_m)
+    b_bk += b_r * tl.dot(tl.where(same, b_D, 0.0), b_Y, input_precision=DOT)
+    b_qb += b_r * tl.dot(tl.where(same, b_C, 0.0), b_Y, input_precision=DOT)
+    b_oD = tl.zeros([BT, BK], dtype=tl.float32)
+    b_oQ = tl.zeros([BT, BK], dtype=tl.float32)
+    for a in tl.static_range(1, NB):
+        b_l = _G_row(Gc + p_qk, t0 + a * BC - 1, c0, T, K, H * K, BK)
+        b_X = (b_k * tl.exp2(tl.where(o_t[:, None] < a * BC, b_l[None, :] - b_G, float("-inf")))).to(CT)
+        in_a = (o_t[:, None] // BC) == a
+        b_oD += tl.where(in_a, tl.dot(b_D, b_X, input_precision=DOT), 0.0)
+        b_oQ += tl.where(in_a, tl.dot(b_C, b_X, input_precision=DOT), 0.0)
+    b_f = tl.exp2(tl.where(o_t[:, None] >= BC, b_G - _G_anchors(Gc + p_qk, t0, c0, T, K, H * K, BT, BC, BK, -1), 0.0))
+    b_bk += b_oD * b_f
+    b_qb += b_oQ * b_f
+    b_b = _load(b + p_qk, t0, c0, T, K, H * K, BT, BK)
+    b_Q = _load(q + p_qk, t0, c0, T, K, H * K, BT, BK) * scale
+    p_x, m_x = _tile(dq + p_qk, t0, c0, T, K, H * K, BT, BK)
+    tl.store(p_x, (scale * b_qb).to(p_x.dtype.element_ty), mask=m_x)
+    p_x, m_x = _tile(db + p_qk, t0, c0, T, K, H * K, BT, BK)
+    tl.store(p_x, (b_bk * b_k).to(p_x.dtype.element_ty), mask=m_x)
+    p_x, m_x = _tile(dk_part + p_qk, t0, c0, T, K, H * K, BT, BK)
+    tl.store(p_x, b_bk * b_b, mask=m_x)
+    p_x, m_x = _tile(Gbar_part + p_qk, t0, c0, T, K, H * K, BT, BK)
+    tl.store(p_x, b_b * b_k * b_bk + b_Q * b_qb, mask=m_x)
+
+
+@triton.jit
+def chunk_gdn2_bwd_keys_kernel(q, k, b, Gc, R, h, ht, dh, dA, dAqk, dk_part, Gbar_part, dk, dg,
+                               cu_seqlens, chunk_indices, scale, H: tl.constexpr, K: tl.constexpr,
+                               V: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+                               BV: tl.constexpr, DOT: tl.constexpr):
+    """One (chunk, head, key block), all BT rows at once: the keys' side of the pairwise pullbacks (diagonal
+    blocks on midpoint anchors, the others on each sub-chunk's last row), the direct term kg_bar = R S_bar'^T,
+    the endpoint, and the rest of the chain rule: dk (in k's type) and dg, a reverse cumulative sum over the
+    chunk plus the endpoint (in g's type)."""
     i_t, i_h, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)
     i_n = tl.load(chunk_indices + 2 * i_t)
@@ -178,6 +237,7 @@ def chunk_gdn2_bwd_inputs_kernel(q, k, b, Gc, P, do, R, h, ht, dh, dA, dAqk, dq,
     p_qk, p_vw, p_A = (bos * H + i_h) * K, (bos * H + i_h) * V, (bos * H + i_h) * BT
     p_h, c0 = (i_t * H + i_h) * K * V, i_k * BK
     NB: tl.constexpr = BT // BC
+    CT: tl.constexpr = R.dtype.element_ty                 # the products' operand type
     # the endpoint: G_n's adjoint is the row sum of S' * S_bar', S' = the next chunk's h or the final state
     b_end = tl.zeros([BK], dtype=tl.float32)
     if t0 + BT < T:
@@ -188,87 +248,54 @@ def chunk_gdn2_bwd_inputs_kernel(q, k, b, Gc, P, do, R, h, ht, dh, dA, dAqk, dq,
         for i_v in range(tl.cdiv(V, BV)):
             b_end += tl.sum(_load(ht + (i_n * H + i_h) * K * V, c0, i_v * BV, K, V, V, BK, BV)
                             * _load(dh + p_h, c0, i_v * BV, K, V, V, BK, BV), axis=1)
-    b_G = _G_rows(Gc + p_qk, t0, c0, T, K, H * K, BT, BK)
-    b_Gn = _G_row(Gc + p_qk, t0 + BT - 1, c0, T, K, H * K, BK)
-    b_k = _load(k + p_qk, t0, c0, T, K, H * K, BT, BK)
-    b_b = _load(b + p_qk, t0, c0, T, K, H * K, BT, BK)
-    b_Q = _load(q + p_qk, t0, c0, T, K, H * K, BT, BK) * scale
-    b_E = b_b * b_k
-    # the direct terms, by value blocks; then the running adjoints of b * k and scale * q, dk and G_bar
-    b_Qb = tl.zeros([BT, BK], dtype=tl.float32)
-    b_Pd = tl.zeros([BT, BK], dtype=tl.float32)
     b_Kb = tl.zeros([BT, BK], dtype=tl.float32)
     for i_v in range(tl.cdiv(V, BV)):
-        b_h = _load_tile(h + p_h, c0, i_v * BV, K, V, V, BK, BV)
-        b_Qb += tl.dot(_load_tile(do + p_vw, t0, i_v * BV, T, V, H * V, BT, BV).to(b_h.dtype), tl.trans(b_h),
-                       input_precision=DOT)
-        b_Pd += tl.dot(_load_tile(P + p_vw, t0, i_v * BV, T, V, H * V, BT, BV), tl.trans(b_h), input_precision=DOT)
         b_Kb += tl.dot(_load_tile(R + p_vw, t0, i_v * BV, T, V, H * V, BT, BV),
                        tl.trans(_load_tile(dh + p_h, c0, i_v * BV, K, V, V, BK, BV)), input_precision=DOT)
-    b_gam, b_decay = tl.exp2(b_G), tl.exp2(b_Gn[None, :] - b_G)        # gamma and gamma_n / gamma
-    b_bk = -b_Pd * b_gam                                               # E_dir * gamma
-    b_qb = b_Qb * b_gam
-    b_dk = b_Kb * b_decay
-    b_Gbar = -b_Kb * b_k * b_decay
-    # the token-pair adjoints; the diagonal sub-chunk blocks on the midpoint anchors m
-    b_D = _load(dA + p_A, t0, 0, T, BT, H * BT, BT, BT)
-    b_C = _load(dAqk + p_A, t0, 0, T, BT, H * BT, BT, BT)
+    b_G = _G_rows(Gc + p_qk, t0, c0, T, K, H * K, BT, BK)
+    b_Kb = b_Kb * tl.exp2(_G_row(Gc + p_qk, t0 + BT - 1, c0, T, K, H * K, BK)[None, :] - b_G)  # * gamma_n / gamma
+    b_k = _load(k + p_qk, t0, c0, T, K, H * K, BT, BK)
+    b_E = _load(b + p_qk, t0, c0, T, K, H * K, BT, BK) * b_k
+    b_Q = _load(q + p_qk, t0, c0, T, K, H * K, BT, BK) * scale
     same = (o_t[:, None] // BC) == (o_t[None, :] // BC)
-    b_Dd = tl.where(same, b_D, 0.0).to(P.dtype.element_ty)
-    b_Cd = tl.where(same, b_C, 0.0).to(P.dtype.element_ty)
-    b_D, b_C = b_D.to(P.dtype.element_ty), b_C.to(P.dtype.element_ty)
+    b_D = _load_tile(dA + p_A, t0, 0, T, BT, H * BT, BT, BT)
+    b_C = _load_tile(dAqk + p_A, t0, 0, T, BT, H * BT, BT, BT)
     b_m = _G_anchors(Gc + p_qk, t0, c0, T, K, H * K, BT, BC, BK, BC // 2)
-    b_r, b_i = tl.exp2(b_G - b_m), tl.exp2(b_m - b_G)
-    b_Y = (b_k * b_i).to(P.dtype.element_ty)
-    b_lD = tl.dot(b_Dd, b_Y, input_precision=DOT) * b_r
-    b_lQ = tl.dot(b_Cd, b_Y, input_precision=DOT) * b_r
-    b_rk = b_i * (tl.dot(tl.trans(b_Dd), (b_E * b_r).to(P.dtype.element_ty), input_precision=DOT)
-                  + tl.dot(tl.trans(b_Cd), (b_Q * b_r).to(P.dtype.element_ty), input_precision=DOT))
-    # rows of sub-chunk a against the keys before it, on the anchor l_a = G at the row before a
-    b_oD = tl.zeros([BT, BK], dtype=tl.float32)
-    b_oQ = tl.zeros([BT, BK], dtype=tl.float32)
-    for a in tl.static_range(1, NB):
-        b_l = _G_row(Gc + p_qk, t0 + a * BC - 1, c0, T, K, H * K, BK)
-        b_X = (b_k * tl.exp2(tl.where(o_t[:, None] < a * BC, b_l[None, :] - b_G, float("-inf")))).to(
-            P.dtype.element_ty)
-        in_a = (o_t[:, None] // BC) == a
-        b_oD += tl.where(in_a, tl.dot(b_D, b_X, input_precision=DOT), 0.0)
-        b_oQ += tl.where(in_a, tl.dot(b_C, b_X, input_precision=DOT), 0.0)
-    b_f = tl.exp2(tl.where(o_t[:, None] >= BC, b_G - _G_anchors(Gc + p_qk, t0, c0, T, K, H * K, BT, BC, BK, -1), 0.0))
-    b_bk += b_lD + b_oD * b_f
-    b_qb += b_lQ + b_oQ * b_f
-    # keys of sub-chunk c against the rows after it, on the anchor e_c = G at c's last row
+    b_r = tl.exp2(b_G - b_m)
+    b_rk = tl.exp2(b_m - b_G) * (
+        tl.dot(tl.trans(tl.where(same, b_D, 0.0)), (b_E * b_r).to(CT), input_precision=DOT)
+        + tl.dot(tl.trans(tl.where(same, b_C, 0.0)), (b_Q * b_r).to(CT), input_precision=DOT))
     b_ok = tl.zeros([BT, BK], dtype=tl.float32)
     for c in tl.static_range(0, NB - 1):
         b_e = _G_row(Gc + p_qk, t0 + c * BC + BC - 1, c0, T, K, H * K, BK)
         b_W = tl.exp2(tl.where(o_t[:, None] >= (c + 1) * BC, b_G - b_e[None, :], float("-inf")))
         in_c = (o_t[:, None] // BC) == c
-        b_ok += tl.where(in_c, tl.dot(tl.trans(b_D), (b_E * b_W).to(P.dtype.element_ty), input_precision=DOT)
-                         + tl.dot(tl.trans(b_C), (b_Q * b_W).to(P.dtype.element_ty), input_precision=DOT), 0.0)
+        b_ok += tl.where(in_c, tl.dot(tl.trans(b_D), (b_E * b_W).to(CT), input_precision=DOT)
+                         + tl.dot(tl.trans(b_C), (b_Q * b_W).to(CT), input_precision=DOT), 0.0)
     b_rk += b_ok * tl.exp2(_G_anchors(Gc + p_qk, t0, c0, T, K, H * K, BT, BC, BK, BC - 1) - b_G)
-    # the chain rule
-    b_Gbar += b_E * b_bk + b_Q * b_qb - b_k * b_rk
+    b_Gbar = _load(Gbar_part + p_qk, t0, c0, T, K, H * K, BT, BK) - b_k * (b_rk + b_Kb)
     b_dg = tl.sum(b_Gbar, axis=0)[None, :] - tl.cumsum(b_Gbar, axis=0) + b_Gbar + b_end[None, :]
     p_x, m_x = _tile(dg + p_qk, t0, c0, T, K, H * K, BT, BK)
     tl.store(p_x, b_dg.to(p_x.dtype.element_ty), mask=m_x)
-    p_x, m_x = _tile(dq + p_qk, t0, c0, T, K, H * K, BT, BK)
-    tl.store(p_x, (scale * b_qb).to(p_x.dtype.element_ty), mask=m_x)
-    p_x, m_x = _tile(db + p_qk, t0, c0, T, K, H * K, BT, BK)
-    tl.store(p_x, (b_bk * b_k).to(p_x.dtype.element_ty), mask=m_x)
     p_x, m_x = _tile(dk + p_qk, t0, c0, T, K, H * K, BT, BK)
-    tl.store(p_x, (b_dk + b_rk + b_bk * b_b).to(p_x.dtype.element_ty), mask=m_x)
+    tl.store(p_x, (_load(dk_part + p_qk, t0, c0, T, K, H * K, BT, BK) + b_rk + b_Kb).to(p_x.dtype.element_ty),
+             mask=m_x)
 
 
 def _input_grads(q, k, g, b, f, do, P, dh, dA, dAqk, p: _Plan):
-    """Launch the inputs kernel on f (with G and ht). Returns (dq, dk, dg, db), each [B, T, H, K] in the type
-    of its input."""
+    """Launch the rows kernel, then the keys kernel, on f (with G and ht). Returns (dq, dk, dg, db), each
+    [B, T, H, K] in the type of its input."""
     BKI = min(BWD_INPUTS_TILES["BK"], max(16, triton.next_power_of_2(p.K)))
     BV = min(BWD_INPUTS_TILES["BV"], max(16, triton.next_power_of_2(p.V)))
     dq, dk, dg, db = (torch.empty_like(x) for x in (q, k, g, b))
-    chunk_gdn2_bwd_inputs_kernel[(p.chunks.shape[0], p.H, triton.cdiv(p.K, BKI))](
-        q, k, b, f["G"], P, do, f["R"], f["h"], f["ht"], dh, dA, dAqk, dq, dk, dg, db, p.cu, p.chunks, p.scale,
-        H=p.H, K=p.K, V=p.V, BT=64, BC=16, BK=BKI, BV=BV, DOT=p.DOT,
-        num_warps=BWD_INPUTS_TILES["num_warps"], num_stages=BWD_INPUTS_TILES["num_stages"])
+    dk_part, Gbar_part = (torch.empty(p.B, p.T, p.H, p.K, dtype=torch.float32, device=q.device) for _ in range(2))
+    grid = (p.chunks.shape[0], p.H, triton.cdiv(p.K, BKI))
+    launch = dict(H=p.H, K=p.K, V=p.V, BT=64, BC=16, BK=BKI, BV=BV, DOT=p.DOT,
+                  num_warps=BWD_INPUTS_TILES["num_warps"], num_stages=BWD_INPUTS_TILES["num_stages"])
+    chunk_gdn2_bwd_rows_kernel[grid](q, k, b, f["G"], P, do, f["h"], dA, dAqk, dq, db, dk_part, Gbar_part,
+                                     p.cu, p.chunks, p.scale, **launch)
+    chunk_gdn2_bwd_keys_kernel[grid](q, k, b, f["G"], f["R"], f["h"], f["ht"], dh, dA, dAqk, dk_part, Gbar_part,
+                                     dk, dg, p.cu, p.chunks, p.scale, **launch)
     return dq, dk, dg, db
 
 
