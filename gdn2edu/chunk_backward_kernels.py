@@ -60,7 +60,7 @@ def chunk_gdn2_bwd_scan_kernel(Aqk, QG, AE, KG, GN, do, dR, dh, dht, dh0, cu_seq
 # intermediates the scan's tiles leave room for one stage only, as in the forward's scan.
 BWD_SCAN_TILES = {"BV": "auto", "num_warps": 4, "num_stages": 3}
 BWD_LOCAL_TILES = {"BV": 128, "num_warps": 4, "num_stages": 1}
-BWD_INPUTS_TILES = {"BK": 32, "BV": 64, "num_warps": 8, "num_stages": 2}   # the rows and keys kernels
+BWD_INPUTS_TILES = {"BK": 64, "BV": 64, "num_warps": 8, "num_stages": 2}   # the rows and keys kernels
 
 
 def _scan_value_block(p: _Plan, device):

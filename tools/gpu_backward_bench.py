@@ -91,7 +91,8 @@ def timing(B, T, H, dtype=torch.bfloat16):
 def apply_tiles(path):
     """Update the modules' tile tables from a tools/gpu_tune_backward.py result; returns what was applied."""
     best = json.loads(Path(path).read_text())["best"]
-    tables = {"BWD_INPUTS_TILES": chunk_backward_kernels.BWD_INPUTS_TILES, "WY_TILES": chunk_kernels.WY_TILES}
+    tables = {"BWD_INPUTS_TILES": chunk_backward_kernels.BWD_INPUTS_TILES, "WY_TILES": chunk_kernels.WY_TILES,
+              "INTRA_TILES": chunk_kernels.INTRA_TILES}
     for name, setting in best.items():
         tables[name].update(setting)
     return best
@@ -110,7 +111,7 @@ def main(argv=None):
               "tiles": {"BWD_SCAN_TILES": chunk_backward_kernels.BWD_SCAN_TILES,
                         "BWD_LOCAL_TILES": chunk_backward_kernels.BWD_LOCAL_TILES,
                         "BWD_INPUTS_TILES": chunk_backward_kernels.BWD_INPUTS_TILES,
-                        "WY_TILES": chunk_kernels.WY_TILES},
+                        "WY_TILES": chunk_kernels.WY_TILES, "INTRA_TILES": chunk_kernels.INTRA_TILES},
               "checks": [], "timing": [], "skipped": []}
 
     def save():

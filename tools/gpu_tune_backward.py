@@ -1,5 +1,5 @@
-"""Time tile settings of the backward's rows and keys kernels and the forward's WY kernel (which the backward
-re-runs) on a GPU, and write the fastest of each to a JSON file that gpu_backward_bench.py --tiles reads.
+"""Time tile settings of the backward's rows and keys kernels and the forward's WY and intra kernels (which
+the backward re-runs) on a GPU, and write the fastest of each to a JSON file that gpu_backward_bench.py --tiles reads.
 
     python tools/gpu_tune_backward.py --out tiles.json --budget 150
 
@@ -21,17 +21,19 @@ from gdn2edu import chunk_backward_kernels as cb
 from gdn2edu import chunk_kernels as ck
 from gdn2edu.chunk_kernels import _forward_states, _plan, baseline_inputs
 
-INPUTS = [dict(BK=32, BV=64, num_warps=8, num_stages=2), dict(BK=64, BV=64, num_warps=8, num_stages=2),
-          dict(BK=32, BV=64, num_warps=4, num_stages=2), dict(BK=32, BV=32, num_warps=8, num_stages=2),
-          dict(BK=32, BV=128, num_warps=8, num_stages=1)]
+INPUTS = [dict(BK=64, BV=64, num_warps=8, num_stages=2), dict(BK=32, BV=64, num_warps=8, num_stages=2),
+          dict(BK=64, BV=128, num_warps=8, num_stages=1)]
 WY = [dict(BK=32, BV=64, num_warps=2), dict(BK=32, BV=64, num_warps=8), dict(BK=16, BV=64, num_warps=8),
-      dict(BK=32, BV=64, num_warps=4), dict(BK=32, BV=128, num_warps=8)]
+      dict(BK=32, BV=64, num_warps=4)]
+INTRA = [dict(BK=16, num_warps=1, num_stages=2), dict(BK=16, num_warps=4, num_stages=2),
+         dict(BK=16, num_warps=8, num_stages=2), dict(BK=16, num_warps=2, num_stages=2)]
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--budget", type=float, default=150.0, help="seconds after which no new setting starts")
+    parser.add_argument("--tables", default="BWD_INPUTS_TILES,WY_TILES,INTRA_TILES", help="which tables to tune")
     args = parser.parse_args(argv)
     start = time.monotonic()
     x = baseline_inputs(1, 8192, 16)
@@ -42,7 +44,9 @@ def main(argv=None):
     _, _, dA, dAqk, P = cb._local_pullback(x[2], x[5], f, do, dR, p)
     runs = {"BWD_INPUTS_TILES": (cb.BWD_INPUTS_TILES, INPUTS,
                                  lambda: cb._input_grads(x[0], x[1], x[3], x[4], f, do, P, dh, dA, dAqk, p)),
-            "WY_TILES": (ck.WY_TILES, WY, lambda: _forward_states(*x, None, True, p, store_G=True))}
+            "WY_TILES": (ck.WY_TILES, WY, lambda: _forward_states(*x, None, True, p, store_G=True)),
+            "INTRA_TILES": (ck.INTRA_TILES, INTRA, lambda: _forward_states(*x, None, True, p, store_G=True))}
+    runs = {name: runs[name] for name in args.tables.split(",")}
     result = {"shape": [1, 8192, 16], "timed": [], "best": {}}
     for name, (table, settings, fn) in runs.items():
         default = dict(table)
