@@ -54,7 +54,7 @@ def chunk_gdn2_bwd_scan_kernel(Aqk, QG, AE, KG, GN, do, dR, dh, dht, dh0, cu_seq
         tl.store(p_x, b_S, mask=m_x)
 
 
-# Tiles of the three backward kernels: value and key blocks, warps, pipeline stages; module-level tables
+# Tiles of the backward kernels: value and key blocks, warps, pipeline stages; module-level tables
 # so that a tuning run can try others. The scan's value block "auto" takes the widest of 64, 32, 16 that
 # still gives every multiprocessor a program (few sequences and heads want narrow blocks). With float32
 # intermediates the scan's tiles leave room for one stage only, as in the forward's scan.
@@ -301,7 +301,7 @@ def _input_grads(q, k, g, b, f, do, P, dh, dA, dAqk, p: _Plan):
 
 def _backward(q, k, v, g, b, w, initial_state, do, dht, p: _Plan, f=None):
     """The whole backward on contiguous inputs: recompute the forward's intermediates (unless given as f, which
-    must hold G and ht), then the three launches. Returns (dq, dk, dv, dg, db, dw) in their inputs' types and
+    must hold G and ht), then the four launches. Returns (dq, dk, dv, dg, db, dw) in their inputs' types and
     dh0 float32 or None."""
     if f is None:
         f = _forward_states(q, k, v, g, b, w, initial_state, True, p, store_G=True)

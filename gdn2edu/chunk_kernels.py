@@ -305,7 +305,7 @@ def _schedule(offsets, BT, device):
 # Tiles of the scan kernel for K > 64: value-block width, warps and pipeline stages. Chosen by measurement
 # on an H200 (tools/gpu_tune_scan.py); a module-level table so that a tuning run can try others.
 SCAN_TILES = {"BV": 32, "num_warps": 4, "num_stages": 4}
-WY_TILES = {"BK": 32, "BV": 64, "num_warps": 2}           # the WY kernel's key and value blocks, warps
+WY_TILES = {"BK": 32, "BV": 64, "num_warps": 4}           # the WY kernel's key and value blocks, warps
 OUTPUT_TILES = {"BV": 128, "num_warps": 4}                # the output kernel's value block, warps
 INTRA_TILES = {"BK": 16, "num_warps": 1, "num_stages": 2}  # the intra kernel's key block, warps, stages
 # With 16-bit inputs, store AE, AZ, kg, Q_g, h and R in that type (half the traffic, 16-bit tensor-core

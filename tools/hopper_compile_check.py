@@ -5,11 +5,16 @@ and knows nothing of shared memory. This compiles each kernel with the launch se
 the H200 baseline, float32 tiles (the largest) and the tile tables' warps and stages, and checks that it
 fits the 227 KiB of shared memory a Hopper block may use. Exit status 1 if any kernel fails.
 
-    python tools/hopper_compile_check.py
+    python tools/hopper_compile_check.py [--registers]
+
+``--registers`` also prints each binary's registers per thread and its stack (registers spilled to local
+memory), from ``cuobjdump -res-usage``, the tool that ships with Triton.
 """
 
 import os
+import subprocess
 import sys
+import tempfile
 import time
 
 os.environ["TRITON_INTERPRET"] = "0"      # before gdn2edu imports triton: compile, do not interpret
@@ -82,7 +87,19 @@ def launches():
     ]
 
 
-def main():
+def resource_usage(cubin):
+    """The "REG:.. STACK:.." part of ``cuobjdump -res-usage`` for a compiled kernel's binary."""
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
+    fields = [x for line in out.splitlines() if "REG:" in line for x in line.split() if x.startswith(("REG", "STACK"))]
+    return " ".join(fields) or "(no resource report)"
+
+
+def main(argv=None):
+    registers = "--registers" in (sys.argv[1:] if argv is None else argv)
     failures = 0
     for kernel, constexprs, num_warps, num_stages, bf16 in launches():
         name = kernel.fn.__name__
@@ -98,7 +115,8 @@ def main():
         fits = shared <= SHARED_LIMIT
         failures += not fits
         print(f"{'ok  ' if fits else 'FAIL'} {name} (warps {num_warps}, stages {num_stages}): shared memory "
-              f"{shared} of {SHARED_LIMIT} bytes, compiled in {time.monotonic() - start:.1f} s")
+              f"{shared} of {SHARED_LIMIT} bytes, compiled in {time.monotonic() - start:.1f} s"
+              + (f", {resource_usage(compiled.asm['cubin'])}" if registers else ""))
     return 1 if failures else 0
 
 
