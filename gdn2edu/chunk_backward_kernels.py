@@ -5,8 +5,8 @@
 
 import torch
 
-from gdn2edu.chunk_kernels import (_Plan, _chunk_of_program, _forward_output, _forward_states, _load, _load_tile,
-                                   _plan, _tile)
+from gdn2edu.chunk_kernels import (INTRA_TILES, WY_TILES, _Plan, _chunk_of_program, _forward_output, _forward_states,
+                                   _load, _load_tile, _plan, _tile)
 
 import triton                        # after gdn2edu.chunk_kernels, which selects the interpreter without a GPU
 import triton.language as tl
@@ -61,6 +61,10 @@ def chunk_gdn2_bwd_scan_kernel(Aqk, QG, AE, KG, GN, do, dR, dh, dht, dh0, cu_seq
 BWD_SCAN_TILES = {"BV": "auto", "num_warps": 4, "num_stages": 3}
 BWD_LOCAL_TILES = {"BV": 128, "num_warps": 4, "num_stages": 1}
 BWD_INPUTS_TILES = {"BK": 64, "BV": 64, "num_warps": 8, "num_stages": 2}   # the rows and keys kernels
+# the tables a backward tuning run sets (tools/gpu_tune_backward.py) and records, by name; the forward's
+# intra and WY kernels run again in the backward's recomputation
+BACKWARD_TILE_TABLES = {"BWD_SCAN_TILES": BWD_SCAN_TILES, "BWD_LOCAL_TILES": BWD_LOCAL_TILES,
+                        "BWD_INPUTS_TILES": BWD_INPUTS_TILES, "WY_TILES": WY_TILES, "INTRA_TILES": INTRA_TILES}
 
 
 def _scan_value_block(p: _Plan, device):
@@ -129,7 +133,8 @@ def _local_pullback(v, w, f, do, dR, p: _Plan):
     BV = min(BWD_LOCAL_TILES["BV"], max(16, triton.next_power_of_2(p.V)))
     dA = torch.empty(p.B, p.T, p.H, 64, dtype=p.store, device=v.device)
     dAqk = torch.empty_like(dA)
-    dv, dw, P = torch.empty_like(v), torch.empty_like(w), torch.empty(p.B, p.T, p.H, p.V, dtype=p.store, device=v.device)
+    dv, dw = torch.empty_like(v), torch.empty_like(w)
+    P = torch.empty(p.B, p.T, p.H, p.V, dtype=p.store, device=v.device)
     chunk_gdn2_bwd_local_kernel[(p.chunks.shape[0], p.H)](
         v, w, f["A"], f["R"], do, dR, P, dv, dw, dA, dAqk, p.cu, p.chunks, H=p.H, V=p.V, BT=64, BV=BV, DOT=p.DOT,
         num_warps=BWD_LOCAL_TILES["num_warps"], num_stages=BWD_LOCAL_TILES["num_stages"])
@@ -137,10 +142,11 @@ def _local_pullback(v, w, f, do, dR, p: _Plan):
 
 
 @triton.jit
-def _G_rows(Gc, row0, col0, T, K: tl.constexpr, stride, BR: tl.constexpr, BCOL: tl.constexpr):
-    """The [BR, BCOL] tile of base-2 G at (row0, col0); rows past the sequence's end T read row T - 1, which
-    is where the forward's zero-padded g leaves G, so every factor is as bounded as on the real rows."""
-    o_r = tl.minimum(row0 + tl.arange(0, BR), T - 1)
+def _G_tile(Gc, o_r, col0, T, K: tl.constexpr, stride, BCOL: tl.constexpr):
+    """Base-2 G at the rows o_r [BR] and the BCOL columns from col0, as a [BR, BCOL] tile. Rows are clamped
+    to 0 .. T - 1; past the sequence's end that reads row T - 1, which is where the forward's zero-padded g
+    leaves G, so every factor is as bounded as on the real rows."""
+    o_r = tl.minimum(tl.maximum(o_r, 0), T - 1)
     o_c = col0 + tl.arange(0, BCOL)
     return tl.load(Gc + o_r[:, None] * stride + o_c[None, :], mask=(o_c < K)[None, :], other=0.0)
 
@@ -150,16 +156,6 @@ def _G_row(Gc, row, col0, T, K: tl.constexpr, stride, BCOL: tl.constexpr):
     """Row ``row`` of base-2 G (row T - 1 past the end) as a [BCOL] vector: an anchor."""
     o_c = col0 + tl.arange(0, BCOL)
     return tl.load(Gc + tl.minimum(row, T - 1) * stride + o_c, mask=o_c < K, other=0.0)
-
-
-@triton.jit
-def _G_anchors(Gc, t0, col0, T, K: tl.constexpr, stride, BT: tl.constexpr, BC: tl.constexpr,
-               BCOL: tl.constexpr, OFFSET: tl.constexpr):
-    """[BT, BCOL]: for every row of the chunk, G at row OFFSET of its own sub-chunk (OFFSET = -1: the row
-    before it), clamped to the rows 0 .. T - 1 of the sequence."""
-    o_r = tl.minimum(tl.maximum(t0 + (tl.arange(0, BT) // BC) * BC + OFFSET, 0), T - 1)
-    o_c = col0 + tl.arange(0, BCOL)
-    return tl.load(Gc + o_r[:, None] * stride + o_c[None, :], mask=(o_c < K)[None, :], other=0.0)
 
 
 @triton.jit
@@ -174,6 +170,7 @@ def chunk_gdn2_bwd_rows_kernel(q, k, b, Gc, P, do, h, dA, dAqk, dq, db, dk_part,
     i_t, i_h, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)
     o_t = tl.arange(0, BT)
+    o_sub = (o_t // BC) * BC                               # each row's sub-chunk's first row
     p_qk, p_vw, p_A = (bos * H + i_h) * K, (bos * H + i_h) * V, (bos * H + i_h) * BT
     p_h, c0 = (i_t * H + i_h) * K * V, i_k * BK
     NB: tl.constexpr = BT // BC
@@ -185,7 +182,7 @@ def chunk_gdn2_bwd_rows_kernel(q, k, b, Gc, P, do, h, dA, dAqk, dq, db, dk_part,
         b_Qb += tl.dot(_load_tile(do + p_vw, t0, i_v * BV, T, V, H * V, BT, BV).to(CT), tl.trans(b_h),
                        input_precision=DOT)
         b_Pd += tl.dot(_load_tile(P + p_vw, t0, i_v * BV, T, V, H * V, BT, BV), tl.trans(b_h), input_precision=DOT)
-    b_G = _G_rows(Gc + p_qk, t0, c0, T, K, H * K, BT, BK)
+    b_G = _G_tile(Gc + p_qk, t0 + o_t, c0, T, K, H * K, BK)
     b_gam = tl.exp2(b_G)
     b_bk = -b_Pd * b_gam                                  # adjoint of b * k, direct part
     b_qb = b_Qb * b_gam                                   # adjoint of scale * q, direct part
@@ -193,7 +190,7 @@ def chunk_gdn2_bwd_rows_kernel(q, k, b, Gc, P, do, h, dA, dAqk, dq, db, dk_part,
     b_D = _load_tile(dA + p_A, t0, 0, T, BT, H * BT, BT, BT)
     b_C = _load_tile(dAqk + p_A, t0, 0, T, BT, H * BT, BT, BT)
     same = (o_t[:, None] // BC) == (o_t[None, :] // BC)
-    b_m = _G_anchors(Gc + p_qk, t0, c0, T, K, H * K, BT, BC, BK, BC // 2)
+    b_m = _G_tile(Gc + p_qk, t0 + o_sub + BC // 2, c0, T, K, H * K, BK)         # midpoint anchors
     b_Y = (b_k * tl.exp2(b_m - b_G)).to(CT)
     b_r = tl.exp2(b_G - b_m)
     b_bk += b_r * tl.dot(tl.where(same, b_D, 0.0), b_Y, input_precision=DOT)
@@ -206,7 +203,7 @@ def chunk_gdn2_bwd_rows_kernel(q, k, b, Gc, P, do, h, dA, dAqk, dq, db, dk_part,
         in_a = (o_t[:, None] // BC) == a
         b_oD += tl.where(in_a, tl.dot(b_D, b_X, input_precision=DOT), 0.0)
         b_oQ += tl.where(in_a, tl.dot(b_C, b_X, input_precision=DOT), 0.0)
-    b_f = tl.exp2(tl.where(o_t[:, None] >= BC, b_G - _G_anchors(Gc + p_qk, t0, c0, T, K, H * K, BT, BC, BK, -1), 0.0))
+    b_f = tl.exp2(tl.where(o_t[:, None] >= BC, b_G - _G_tile(Gc + p_qk, t0 + o_sub - 1, c0, T, K, H * K, BK), 0.0))
     b_bk += b_oD * b_f
     b_qb += b_oQ * b_f
     b_b = _load(b + p_qk, t0, c0, T, K, H * K, BT, BK)
@@ -234,6 +231,7 @@ def chunk_gdn2_bwd_keys_kernel(q, k, b, Gc, R, h, ht, dh, dA, dAqk, dk_part, Gba
     bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)
     i_n = tl.load(chunk_indices + 2 * i_t)
     o_t = tl.arange(0, BT)
+    o_sub = (o_t // BC) * BC                               # each row's sub-chunk's first row
     p_qk, p_vw, p_A = (bos * H + i_h) * K, (bos * H + i_h) * V, (bos * H + i_h) * BT
     p_h, c0 = (i_t * H + i_h) * K * V, i_k * BK
     NB: tl.constexpr = BT // BC
@@ -252,7 +250,7 @@ def chunk_gdn2_bwd_keys_kernel(q, k, b, Gc, R, h, ht, dh, dA, dAqk, dk_part, Gba
     for i_v in range(tl.cdiv(V, BV)):
         b_Kb += tl.dot(_load_tile(R + p_vw, t0, i_v * BV, T, V, H * V, BT, BV),
                        tl.trans(_load_tile(dh + p_h, c0, i_v * BV, K, V, V, BK, BV)), input_precision=DOT)
-    b_G = _G_rows(Gc + p_qk, t0, c0, T, K, H * K, BT, BK)
+    b_G = _G_tile(Gc + p_qk, t0 + o_t, c0, T, K, H * K, BK)
     b_Kb = b_Kb * tl.exp2(_G_row(Gc + p_qk, t0 + BT - 1, c0, T, K, H * K, BK)[None, :] - b_G)  # * gamma_n / gamma
     b_k = _load(k + p_qk, t0, c0, T, K, H * K, BT, BK)
     b_E = _load(b + p_qk, t0, c0, T, K, H * K, BT, BK) * b_k
@@ -260,7 +258,7 @@ def chunk_gdn2_bwd_keys_kernel(q, k, b, Gc, R, h, ht, dh, dA, dAqk, dk_part, Gba
     same = (o_t[:, None] // BC) == (o_t[None, :] // BC)
     b_D = _load_tile(dA + p_A, t0, 0, T, BT, H * BT, BT, BT)
     b_C = _load_tile(dAqk + p_A, t0, 0, T, BT, H * BT, BT, BT)
-    b_m = _G_anchors(Gc + p_qk, t0, c0, T, K, H * K, BT, BC, BK, BC // 2)
+    b_m = _G_tile(Gc + p_qk, t0 + o_sub + BC // 2, c0, T, K, H * K, BK)         # midpoint anchors
     b_r = tl.exp2(b_G - b_m)
     b_rk = tl.exp2(b_m - b_G) * (
         tl.dot(tl.trans(tl.where(same, b_D, 0.0)), (b_E * b_r).to(CT), input_precision=DOT)
@@ -272,7 +270,7 @@ def chunk_gdn2_bwd_keys_kernel(q, k, b, Gc, R, h, ht, dh, dA, dAqk, dk_part, Gba
         in_c = (o_t[:, None] // BC) == c
         b_ok += tl.where(in_c, tl.dot(tl.trans(b_D), (b_E * b_W).to(CT), input_precision=DOT)
                          + tl.dot(tl.trans(b_C), (b_Q * b_W).to(CT), input_precision=DOT), 0.0)
-    b_rk += b_ok * tl.exp2(_G_anchors(Gc + p_qk, t0, c0, T, K, H * K, BT, BC, BK, BC - 1) - b_G)
+    b_rk += b_ok * tl.exp2(_G_tile(Gc + p_qk, t0 + o_sub + BC - 1, c0, T, K, H * K, BK) - b_G)
     b_Gbar = _load(Gbar_part + p_qk, t0, c0, T, K, H * K, BT, BK) - b_k * (b_rk + b_Kb)
     b_dg = tl.sum(b_Gbar, axis=0)[None, :] - tl.cumsum(b_Gbar, axis=0) + b_Gbar + b_end[None, :]
     p_x, m_x = _tile(dg + p_qk, t0, c0, T, K, H * K, BT, BK)

@@ -26,7 +26,7 @@ import triton.testing
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gdn2edu                                                   # noqa: E402
-from gdn2edu import chunk_backward_kernels, chunk_kernels       # noqa: E402
+from gdn2edu.chunk_backward_kernels import BACKWARD_TILE_TABLES  # noqa: E402
 from gdn2edu.bench import STANDARD_SHAPES, _fla_ops, kernel_times, time_forward_backward  # noqa: E402
 from gdn2edu.chunk_kernels import baseline_inputs               # noqa: E402
 from gpu_forward_bench import provenance, rel_l2                # noqa: E402
@@ -91,10 +91,11 @@ def timing(B, T, H, dtype=torch.bfloat16):
 def apply_tiles(path):
     """Update the modules' tile tables from a tools/gpu_tune_backward.py result; returns what was applied."""
     best = json.loads(Path(path).read_text())["best"]
-    tables = {"BWD_INPUTS_TILES": chunk_backward_kernels.BWD_INPUTS_TILES, "WY_TILES": chunk_kernels.WY_TILES,
-              "INTRA_TILES": chunk_kernels.INTRA_TILES}
+    unknown = sorted(set(best) - set(BACKWARD_TILE_TABLES))
+    if unknown:
+        raise ValueError(f"--tiles names tables {unknown}; expected some of {sorted(BACKWARD_TILE_TABLES)}")
     for name, setting in best.items():
-        tables[name].update(setting)
+        BACKWARD_TILE_TABLES[name].update(setting)
     return best
 
 
@@ -108,10 +109,7 @@ def main(argv=None):
     start = time.monotonic()
     result = {"provenance": provenance(args.commit), "thresholds_rel_l2": THRESHOLDS,
               "tile_overrides": apply_tiles(args.tiles) if args.tiles else {},
-              "tiles": {"BWD_SCAN_TILES": chunk_backward_kernels.BWD_SCAN_TILES,
-                        "BWD_LOCAL_TILES": chunk_backward_kernels.BWD_LOCAL_TILES,
-                        "BWD_INPUTS_TILES": chunk_backward_kernels.BWD_INPUTS_TILES,
-                        "WY_TILES": chunk_kernels.WY_TILES, "INTRA_TILES": chunk_kernels.INTRA_TILES},
+              "tiles": BACKWARD_TILE_TABLES,
               "checks": [], "timing": [], "skipped": []}
 
     def save():

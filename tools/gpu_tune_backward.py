@@ -18,7 +18,7 @@ import torch
 import triton.testing
 
 from gdn2edu import chunk_backward_kernels as cb
-from gdn2edu import chunk_kernels as ck
+from gdn2edu.chunk_backward_kernels import BACKWARD_TILE_TABLES
 from gdn2edu.chunk_kernels import _forward_states, _plan, baseline_inputs
 
 INPUTS = [dict(BK=64, BV=64, num_warps=8, num_stages=2), dict(BK=32, BV=64, num_warps=8, num_stages=2),
@@ -27,14 +27,18 @@ WY = [dict(BK=32, BV=64, num_warps=2), dict(BK=32, BV=64, num_warps=8), dict(BK=
       dict(BK=32, BV=64, num_warps=4)]
 INTRA = [dict(BK=16, num_warps=1, num_stages=2), dict(BK=16, num_warps=4, num_stages=2),
          dict(BK=16, num_warps=8, num_stages=2), dict(BK=16, num_warps=2, num_stages=2)]
+SETTINGS = {"BWD_INPUTS_TILES": INPUTS, "WY_TILES": WY, "INTRA_TILES": INTRA}     # by table name
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--budget", type=float, default=150.0, help="seconds after which no new setting starts")
-    parser.add_argument("--tables", default="BWD_INPUTS_TILES,WY_TILES,INTRA_TILES", help="which tables to tune")
+    parser.add_argument("--tables", default=",".join(SETTINGS), help="which tables to tune")
     args = parser.parse_args(argv)
+    names = args.tables.split(",")
+    if any(name not in SETTINGS for name in names):
+        parser.error(f"--tables must be comma-separated names from {tuple(SETTINGS)}, got {args.tables!r}")
     start = time.monotonic()
     x = baseline_inputs(1, 8192, 16)
     p = _plan(*x, None, None, None)
@@ -42,15 +46,17 @@ def main(argv=None):
     do = torch.randn_like(x[2])
     dR, dh, _ = cb._reverse_scan(f, do, None, p, False)
     _, _, dA, dAqk, P = cb._local_pullback(x[2], x[5], f, do, dR, p)
-    runs = {"BWD_INPUTS_TILES": (cb.BWD_INPUTS_TILES, INPUTS,
-                                 lambda: cb._input_grads(x[0], x[1], x[3], x[4], f, do, P, dh, dA, dAqk, p)),
-            "WY_TILES": (ck.WY_TILES, WY, lambda: _forward_states(*x, None, True, p, store_G=True)),
-            "INTRA_TILES": (ck.INTRA_TILES, INTRA, lambda: _forward_states(*x, None, True, p, store_G=True))}
-    runs = {name: runs[name] for name in args.tables.split(",")}
+
+    def recompute():
+        return _forward_states(*x, None, True, p, store_G=True)
+
+    timed_call = {"BWD_INPUTS_TILES": lambda: cb._input_grads(x[0], x[1], x[3], x[4], f, do, P, dh, dA, dAqk, p),
+                  "WY_TILES": recompute, "INTRA_TILES": recompute}
     result = {"shape": [1, 8192, 16], "timed": [], "best": {}}
-    for name, (table, settings, fn) in runs.items():
+    for name in names:
+        fn, table = timed_call[name], BACKWARD_TILE_TABLES[name]
         default = dict(table)
-        for setting in settings:
+        for setting in SETTINGS[name]:
             if time.monotonic() - start > args.budget:
                 break
             table.update(setting)
