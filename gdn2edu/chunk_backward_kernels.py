@@ -55,12 +55,11 @@ def chunk_gdn2_bwd_scan_kernel(Aqk, QG, AE, KG, GN, do, dR, dh, dht, dh0, cu_seq
 
 
 # Tiles of the backward kernels: value and key blocks, warps, pipeline stages; module-level tables
-# so that a tuning run can try others. The scan's value block "auto" takes the widest of 64, 32, 16 that
-# still gives every multiprocessor a program (few sequences and heads want narrow blocks). With float32
-# intermediates the scan's tiles leave room for one stage only, as in the forward's scan.
+# so that a tuning run can try others. The scan's value block "auto" is chosen per call (_scan_value_block).
+# With float32 intermediates the scan's tiles leave room for one stage only, as in the forward's scan.
 BWD_SCAN_TILES = {"BV": "auto", "num_warps": 4, "num_stages": 3}
 BWD_LOCAL_TILES = {"BV": 128, "num_warps": 4, "num_stages": 1}
-BWD_INPUTS_TILES = {"BK": 64, "BV": 64, "num_warps": 8, "num_stages": 2}   # the rows and keys kernels
+BWD_INPUTS_TILES = {"BK": 128, "BV": 64, "num_warps": 8, "num_stages": 2}
 # the tables a backward tuning run sets (tools/gpu_tune_backward.py) and records, by name; the forward's
 # intra and WY kernels run again in the backward's recomputation
 BACKWARD_TILE_TABLES = {"BWD_SCAN_TILES": BWD_SCAN_TILES, "BWD_LOCAL_TILES": BWD_LOCAL_TILES,
@@ -68,12 +67,13 @@ BACKWARD_TILE_TABLES = {"BWD_SCAN_TILES": BWD_SCAN_TILES, "BWD_LOCAL_TILES": BWD
 
 
 def _scan_value_block(p: _Plan, device):
-    """BWD_SCAN_TILES["BV"], or for "auto" the widest of 64, 32, 16 with N * H * V / BV >= the device's
-    multiprocessors (on the CPU: 64); at most V rounded up to a power of two."""
+    """BWD_SCAN_TILES["BV"], or for "auto" the narrowest of 16, 32, 64 whose N * H * V / BV programs all run
+    at once, one per multiprocessor, and 64 when none does (on the CPU: 64); at most V rounded up to a
+    power of two. A narrower block shortens each chunk's step; a second wave of programs doubles the time."""
     BV = BWD_SCAN_TILES["BV"]
     if BV == "auto":
         sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
-        BV = next((bv for bv in (64, 32) if p.N * p.H * triton.cdiv(p.V, bv) >= sms), 16)
+        BV = next((bv for bv in (16, 32) if p.N * p.H * triton.cdiv(p.V, bv) <= sms), 64)
     return min(BV, max(16, triton.next_power_of_2(p.V)))
 
 
@@ -143,157 +143,102 @@ def _local_pullback(v, w, f, do, dR, p: _Plan):
 
 @triton.jit
 def _G_tile(Gc, o_r, col0, T, K: tl.constexpr, stride, BCOL: tl.constexpr):
-    """Base-2 G at the rows o_r [BR] and the BCOL columns from col0, as a [BR, BCOL] tile. Rows are clamped
-    to 0 .. T - 1; past the sequence's end that reads row T - 1, which is where the forward's zero-padded g
-    leaves G, so every factor is as bounded as on the real rows."""
-    o_r = tl.minimum(tl.maximum(o_r, 0), T - 1)
+    """Base-2 G at the rows o_r [BR] and the BCOL columns from col0, as a [BR, BCOL] tile. Rows past the
+    sequence's end read row T - 1, which is where the forward's zero-padded g leaves G, so every factor is as
+    bounded as on the real rows."""
+    o_r = tl.minimum(o_r, T - 1)
     o_c = col0 + tl.arange(0, BCOL)
     return tl.load(Gc + o_r[:, None] * stride + o_c[None, :], mask=(o_c < K)[None, :], other=0.0)
 
 
 @triton.jit
 def _G_row(Gc, row, col0, T, K: tl.constexpr, stride, BCOL: tl.constexpr):
-    """Row ``row`` of base-2 G (row T - 1 past the end) as a [BCOL] vector: an anchor."""
+    """Row ``row`` of base-2 G (row T - 1 past the end) as a [BCOL] vector: an anchor, or G_n."""
     o_c = col0 + tl.arange(0, BCOL)
     return tl.load(Gc + tl.minimum(row, T - 1) * stride + o_c, mask=o_c < K, other=0.0)
 
 
 @triton.jit
-def chunk_gdn2_bwd_rows_kernel(q, k, b, Gc, P, do, h, dA, dAqk, dq, db, dk_part, Gbar_part,
-                               cu_seqlens, chunk_indices, scale, H: tl.constexpr, K: tl.constexpr,
-                               V: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
-                               BV: tl.constexpr, DOT: tl.constexpr):
-    """One (chunk, head, key block), all BT rows at once: the adjoints of b * k and of scale * q, from the
-    direct terms E_dir = -P S^T, Q_g_bar = O_bar S^T and the rows' side of the pairwise pullbacks (diagonal
-    sub-chunk blocks on midpoint anchors, the others on the row before each sub-chunk). Writes dq and db in
-    their inputs' types, and in float32 the parts of dk (b * bk_bar) and of G_bar that the keys kernel completes."""
+def chunk_gdn2_bwd_inputs_kernel(q, k, b, Gc, P, R, do, h, ht, dh, dA, dAqk, dq, dk, dg, db,
+                                 cu_seqlens, chunk_indices, scale, H: tl.constexpr, K: tl.constexpr,
+                                 V: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+                                 BV: tl.constexpr, DOT: tl.constexpr):
+    """One (chunk, head, key block), all BT rows at once: the direct terms -P S^T, O_bar S^T, R S_bar'^T and
+    the endpoint by value blocks, then both sides of the pairwise pullbacks one sub-chunk at a time (its
+    columns of D and H_q against its keys, its rows against every key; anchor: its midpoint), then the chain
+    rule. Writes dq, dk, db and dg (the reverse cumulative sum over the chunk plus the endpoint), each in the
+    type of its input."""
     i_t, i_h, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)
-    o_t = tl.arange(0, BT)
-    o_sub = (o_t // BC) * BC                               # each row's sub-chunk's first row
+    i_n = tl.load(chunk_indices + 2 * i_t)
+    o_t, o_c = tl.arange(0, BT), tl.arange(0, BC)
     p_qk, p_vw, p_A = (bos * H + i_h) * K, (bos * H + i_h) * V, (bos * H + i_h) * BT
     p_h, c0 = (i_t * H + i_h) * K * V, i_k * BK
-    NB: tl.constexpr = BT // BC
     CT: tl.constexpr = P.dtype.element_ty                 # the products' operand type
+    # S' (of the endpoint) is the next chunk's h, or the final state after a sequence's last chunk: the
+    # other of the two loads below is masked off (zero rows)
+    n_next = tl.where(t0 + BT < T, K, 0)
     b_Qb = tl.zeros([BT, BK], dtype=tl.float32)
     b_Pd = tl.zeros([BT, BK], dtype=tl.float32)
+    b_Kb = tl.zeros([BT, BK], dtype=tl.float32)
+    b_end = tl.zeros([BK], dtype=tl.float32)
     for i_v in range(tl.cdiv(V, BV)):
         b_h = _load_tile(h + p_h, c0, i_v * BV, K, V, V, BK, BV)
+        b_dh = _load_tile(dh + p_h, c0, i_v * BV, K, V, V, BK, BV)
         b_Qb += tl.dot(_load_tile(do + p_vw, t0, i_v * BV, T, V, H * V, BT, BV).to(CT), tl.trans(b_h),
                        input_precision=DOT)
         b_Pd += tl.dot(_load_tile(P + p_vw, t0, i_v * BV, T, V, H * V, BT, BV), tl.trans(b_h), input_precision=DOT)
+        b_Kb += tl.dot(_load_tile(R + p_vw, t0, i_v * BV, T, V, H * V, BT, BV), tl.trans(b_dh), input_precision=DOT)
+        b_S1 = _load(h + p_h + H * K * V, c0, i_v * BV, n_next, V, V, BK, BV) \
+            + _load(ht + (i_n * H + i_h) * K * V, c0, i_v * BV, K - n_next, V, V, BK, BV)
+        b_end += tl.sum(b_S1 * b_dh.to(tl.float32), axis=1)
     b_G = _G_tile(Gc + p_qk, t0 + o_t, c0, T, K, H * K, BK)
     b_gam = tl.exp2(b_G)
-    b_bk = -b_Pd * b_gam                                  # adjoint of b * k, direct part
-    b_qb = b_Qb * b_gam                                   # adjoint of scale * q, direct part
+    b_bk = -b_Pd * b_gam                                   # adjoint of b * k, direct part
+    b_qb = b_Qb * b_gam                                    # adjoint of scale * q, direct part
+    b_rk = b_Kb * tl.exp2(_G_row(Gc + p_qk, t0 + BT - 1, c0, T, K, H * K, BK)[None, :] - b_G)  # * gamma_n / gamma
+    for c in range(0, BT // BC):
+        r0 = t0 + c * BC
+        b_Gs = _G_tile(Gc + p_qk, r0 + o_c, c0, T, K, H * K, BK)                # G on the sub-chunk's rows
+        b_m = _G_row(Gc + p_qk, r0 + BC // 2, c0, T, K, H * K, BK)             # the anchor: its midpoint
+        # its columns of D and H_q against its keys: rows i >= r0 of b * k's and q's adjoints
+        b_Y = (_load(k + p_qk, r0, c0, T, K, H * K, BC, BK) * tl.exp2(b_m[None, :] - b_Gs)).to(CT)
+        b_rho = tl.exp2(tl.where(o_t[:, None] >= c * BC, b_G - b_m[None, :], float("-inf")))
+        b_bk += b_rho * tl.dot(_load_tile(dA + p_A, t0, c * BC, T, BT, H * BT, BT, BC), b_Y, input_precision=DOT)
+        b_qb += b_rho * tl.dot(_load_tile(dAqk + p_A, t0, c * BC, T, BT, H * BT, BT, BC), b_Y, input_precision=DOT)
+        # its rows of D and H_q against every key: keys j < r0 + BC of k's adjoint
+        b_up = tl.exp2(b_Gs - b_m[None, :])
+        b_E = (_load(b + p_qk, r0, c0, T, K, H * K, BC, BK) * _load(k + p_qk, r0, c0, T, K, H * K, BC, BK)
+               * b_up).to(CT)
+        b_Q = (_load(q + p_qk, r0, c0, T, K, H * K, BC, BK) * (scale * b_up)).to(CT)
+        b_sig = tl.exp2(tl.where(o_t[:, None] < (c + 1) * BC, b_m[None, :] - b_G, float("-inf")))
+        b_rk += b_sig * (tl.dot(tl.trans(_load_tile(dA + p_A, r0, 0, T, BT, H * BT, BC, BT)), b_E, input_precision=DOT)
+                         + tl.dot(tl.trans(_load_tile(dAqk + p_A, r0, 0, T, BT, H * BT, BC, BT)), b_Q,
+                                  input_precision=DOT))
     b_k = _load(k + p_qk, t0, c0, T, K, H * K, BT, BK)
-    b_D = _load_tile(dA + p_A, t0, 0, T, BT, H * BT, BT, BT)
-    b_C = _load_tile(dAqk + p_A, t0, 0, T, BT, H * BT, BT, BT)
-    same = (o_t[:, None] // BC) == (o_t[None, :] // BC)
-    b_m = _G_tile(Gc + p_qk, t0 + o_sub + BC // 2, c0, T, K, H * K, BK)         # midpoint anchors
-    b_Y = (b_k * tl.exp2(b_m - b_G)).to(CT)
-    b_r = tl.exp2(b_G - b_m)
-    b_bk += b_r * tl.dot(tl.where(same, b_D, 0.0), b_Y, input_precision=DOT)
-    b_qb += b_r * tl.dot(tl.where(same, b_C, 0.0), b_Y, input_precision=DOT)
-    b_oD = tl.zeros([BT, BK], dtype=tl.float32)
-    b_oQ = tl.zeros([BT, BK], dtype=tl.float32)
-    for a in tl.static_range(1, NB):
-        b_l = _G_row(Gc + p_qk, t0 + a * BC - 1, c0, T, K, H * K, BK)
-        b_X = (b_k * tl.exp2(tl.where(o_t[:, None] < a * BC, b_l[None, :] - b_G, float("-inf")))).to(CT)
-        in_a = (o_t[:, None] // BC) == a
-        b_oD += tl.where(in_a, tl.dot(b_D, b_X, input_precision=DOT), 0.0)
-        b_oQ += tl.where(in_a, tl.dot(b_C, b_X, input_precision=DOT), 0.0)
-    b_f = tl.exp2(tl.where(o_t[:, None] >= BC, b_G - _G_tile(Gc + p_qk, t0 + o_sub - 1, c0, T, K, H * K, BK), 0.0))
-    b_bk += b_oD * b_f
-    b_qb += b_oQ * b_f
     b_b = _load(b + p_qk, t0, c0, T, K, H * K, BT, BK)
-    b_Q = _load(q + p_qk, t0, c0, T, K, H * K, BT, BK) * scale
+    b_Gbar = b_b * b_k * b_bk + _load(q + p_qk, t0, c0, T, K, H * K, BT, BK) * scale * b_qb - b_k * b_rk
+    b_dg = tl.sum(b_Gbar, axis=0)[None, :] - tl.cumsum(b_Gbar, axis=0) + b_Gbar + b_end[None, :]
     p_x, m_x = _tile(dq + p_qk, t0, c0, T, K, H * K, BT, BK)
     tl.store(p_x, (scale * b_qb).to(p_x.dtype.element_ty), mask=m_x)
     p_x, m_x = _tile(db + p_qk, t0, c0, T, K, H * K, BT, BK)
     tl.store(p_x, (b_bk * b_k).to(p_x.dtype.element_ty), mask=m_x)
-    p_x, m_x = _tile(dk_part + p_qk, t0, c0, T, K, H * K, BT, BK)
-    tl.store(p_x, b_bk * b_b, mask=m_x)
-    p_x, m_x = _tile(Gbar_part + p_qk, t0, c0, T, K, H * K, BT, BK)
-    tl.store(p_x, b_b * b_k * b_bk + b_Q * b_qb, mask=m_x)
-
-
-@triton.jit
-def chunk_gdn2_bwd_keys_kernel(q, k, b, Gc, R, h, ht, dh, dA, dAqk, dk_part, Gbar_part, dk, dg,
-                               cu_seqlens, chunk_indices, scale, H: tl.constexpr, K: tl.constexpr,
-                               V: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
-                               BV: tl.constexpr, DOT: tl.constexpr):
-    """One (chunk, head, key block), all BT rows at once: the keys' side of the pairwise pullbacks (diagonal
-    blocks on midpoint anchors, the others on each sub-chunk's last row), the direct term kg_bar = R S_bar'^T,
-    the endpoint, and the rest of the chain rule: dk (in k's type) and dg, a reverse cumulative sum over the
-    chunk plus the endpoint (in g's type)."""
-    i_t, i_h, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)
-    i_n = tl.load(chunk_indices + 2 * i_t)
-    o_t = tl.arange(0, BT)
-    o_sub = (o_t // BC) * BC                               # each row's sub-chunk's first row
-    p_qk, p_vw, p_A = (bos * H + i_h) * K, (bos * H + i_h) * V, (bos * H + i_h) * BT
-    p_h, c0 = (i_t * H + i_h) * K * V, i_k * BK
-    NB: tl.constexpr = BT // BC
-    CT: tl.constexpr = R.dtype.element_ty                 # the products' operand type
-    # the endpoint: G_n's adjoint is the row sum of S' * S_bar', S' = the next chunk's h or the final state
-    b_end = tl.zeros([BK], dtype=tl.float32)
-    if t0 + BT < T:
-        for i_v in range(tl.cdiv(V, BV)):
-            b_end += tl.sum(_load(h + p_h + H * K * V, c0, i_v * BV, K, V, V, BK, BV)
-                            * _load(dh + p_h, c0, i_v * BV, K, V, V, BK, BV), axis=1)
-    else:
-        for i_v in range(tl.cdiv(V, BV)):
-            b_end += tl.sum(_load(ht + (i_n * H + i_h) * K * V, c0, i_v * BV, K, V, V, BK, BV)
-                            * _load(dh + p_h, c0, i_v * BV, K, V, V, BK, BV), axis=1)
-    b_Kb = tl.zeros([BT, BK], dtype=tl.float32)
-    for i_v in range(tl.cdiv(V, BV)):
-        b_Kb += tl.dot(_load_tile(R + p_vw, t0, i_v * BV, T, V, H * V, BT, BV),
-                       tl.trans(_load_tile(dh + p_h, c0, i_v * BV, K, V, V, BK, BV)), input_precision=DOT)
-    b_G = _G_tile(Gc + p_qk, t0 + o_t, c0, T, K, H * K, BK)
-    b_Kb = b_Kb * tl.exp2(_G_row(Gc + p_qk, t0 + BT - 1, c0, T, K, H * K, BK)[None, :] - b_G)  # * gamma_n / gamma
-    b_k = _load(k + p_qk, t0, c0, T, K, H * K, BT, BK)
-    b_E = _load(b + p_qk, t0, c0, T, K, H * K, BT, BK) * b_k
-    b_Q = _load(q + p_qk, t0, c0, T, K, H * K, BT, BK) * scale
-    same = (o_t[:, None] // BC) == (o_t[None, :] // BC)
-    b_D = _load_tile(dA + p_A, t0, 0, T, BT, H * BT, BT, BT)
-    b_C = _load_tile(dAqk + p_A, t0, 0, T, BT, H * BT, BT, BT)
-    b_m = _G_tile(Gc + p_qk, t0 + o_sub + BC // 2, c0, T, K, H * K, BK)         # midpoint anchors
-    b_r = tl.exp2(b_G - b_m)
-    b_rk = tl.exp2(b_m - b_G) * (
-        tl.dot(tl.trans(tl.where(same, b_D, 0.0)), (b_E * b_r).to(CT), input_precision=DOT)
-        + tl.dot(tl.trans(tl.where(same, b_C, 0.0)), (b_Q * b_r).to(CT), input_precision=DOT))
-    b_ok = tl.zeros([BT, BK], dtype=tl.float32)
-    for c in tl.static_range(0, NB - 1):
-        b_e = _G_row(Gc + p_qk, t0 + c * BC + BC - 1, c0, T, K, H * K, BK)
-        b_W = tl.exp2(tl.where(o_t[:, None] >= (c + 1) * BC, b_G - b_e[None, :], float("-inf")))
-        in_c = (o_t[:, None] // BC) == c
-        b_ok += tl.where(in_c, tl.dot(tl.trans(b_D), (b_E * b_W).to(CT), input_precision=DOT)
-                         + tl.dot(tl.trans(b_C), (b_Q * b_W).to(CT), input_precision=DOT), 0.0)
-    b_rk += b_ok * tl.exp2(_G_tile(Gc + p_qk, t0 + o_sub + BC - 1, c0, T, K, H * K, BK) - b_G)
-    b_Gbar = _load(Gbar_part + p_qk, t0, c0, T, K, H * K, BT, BK) - b_k * (b_rk + b_Kb)
-    b_dg = tl.sum(b_Gbar, axis=0)[None, :] - tl.cumsum(b_Gbar, axis=0) + b_Gbar + b_end[None, :]
+    p_x, m_x = _tile(dk + p_qk, t0, c0, T, K, H * K, BT, BK)
+    tl.store(p_x, (b_bk * b_b + b_rk).to(p_x.dtype.element_ty), mask=m_x)
     p_x, m_x = _tile(dg + p_qk, t0, c0, T, K, H * K, BT, BK)
     tl.store(p_x, b_dg.to(p_x.dtype.element_ty), mask=m_x)
-    p_x, m_x = _tile(dk + p_qk, t0, c0, T, K, H * K, BT, BK)
-    tl.store(p_x, (_load(dk_part + p_qk, t0, c0, T, K, H * K, BT, BK) + b_rk + b_Kb).to(p_x.dtype.element_ty),
-             mask=m_x)
 
 
 def _input_grads(q, k, g, b, f, do, P, dh, dA, dAqk, p: _Plan):
-    """Launch the rows kernel, then the keys kernel, on f (with G and ht). Returns (dq, dk, dg, db), each
-    [B, T, H, K] in the type of its input."""
+    """Launch the inputs kernel on f (with G and ht). Returns (dq, dk, dg, db), each [B, T, H, K] in the type
+    of its input."""
     BKI = min(BWD_INPUTS_TILES["BK"], max(16, triton.next_power_of_2(p.K)))
     BV = min(BWD_INPUTS_TILES["BV"], max(16, triton.next_power_of_2(p.V)))
     dq, dk, dg, db = (torch.empty_like(x) for x in (q, k, g, b))
-    dk_part, Gbar_part = (torch.empty(p.B, p.T, p.H, p.K, dtype=torch.float32, device=q.device) for _ in range(2))
-    grid = (p.chunks.shape[0], p.H, triton.cdiv(p.K, BKI))
-    launch = dict(H=p.H, K=p.K, V=p.V, BT=64, BC=16, BK=BKI, BV=BV, DOT=p.DOT,
-                  num_warps=BWD_INPUTS_TILES["num_warps"], num_stages=BWD_INPUTS_TILES["num_stages"])
-    chunk_gdn2_bwd_rows_kernel[grid](q, k, b, f["G"], P, do, f["h"], dA, dAqk, dq, db, dk_part, Gbar_part,
-                                     p.cu, p.chunks, p.scale, **launch)
-    chunk_gdn2_bwd_keys_kernel[grid](q, k, b, f["G"], f["R"], f["h"], f["ht"], dh, dA, dAqk, dk_part, Gbar_part,
-                                     dk, dg, p.cu, p.chunks, p.scale, **launch)
+    chunk_gdn2_bwd_inputs_kernel[(p.chunks.shape[0], p.H, triton.cdiv(p.K, BKI))](
+        q, k, b, f["G"], P, f["R"], do, f["h"], f["ht"], dh, dA, dAqk, dq, dk, dg, db, p.cu, p.chunks, p.scale,
+        H=p.H, K=p.K, V=p.V, BT=64, BC=16, BK=BKI, BV=BV, DOT=p.DOT,
+        num_warps=BWD_INPUTS_TILES["num_warps"], num_stages=BWD_INPUTS_TILES["num_stages"])
     return dq, dk, dg, db
 
 

@@ -1,4 +1,4 @@
-"""Time tile settings of the backward's rows and keys kernels and the forward's WY and intra kernels (which
+"""Time tile settings of the backward's inputs kernel and the forward's WY and intra kernels (which
 the backward re-runs) on a GPU, and write the fastest of each to a JSON file that gpu_backward_bench.py --tiles reads.
 
     python tools/gpu_tune_backward.py --out tiles.json --budget 150
@@ -21,8 +21,8 @@ from gdn2edu import chunk_backward_kernels as cb
 from gdn2edu.chunk_backward_kernels import BACKWARD_TILE_TABLES
 from gdn2edu.chunk_kernels import _forward_states, _plan, baseline_inputs
 
-INPUTS = [dict(BK=64, BV=64, num_warps=8, num_stages=2), dict(BK=32, BV=64, num_warps=8, num_stages=2),
-          dict(BK=64, BV=128, num_warps=8, num_stages=1)]
+INPUTS = [dict(BK=128, BV=64, num_warps=8, num_stages=2), dict(BK=64, BV=64, num_warps=8, num_stages=2),
+          dict(BK=128, BV=32, num_warps=8, num_stages=2)]
 WY = [dict(BK=32, BV=64, num_warps=2), dict(BK=32, BV=64, num_warps=8), dict(BK=16, BV=64, num_warps=8),
       dict(BK=32, BV=64, num_warps=4)]
 INTRA = [dict(BK=16, num_warps=1, num_stages=2), dict(BK=16, num_warps=4, num_stages=2),

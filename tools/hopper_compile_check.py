@@ -79,9 +79,9 @@ def launches():
              bscan["num_warps"], bscan["num_stages"] if pointers else 1, pointers),
             (cb.chunk_gdn2_bwd_local_kernel, dict(H=H, V=V, BT=64, BV=blocal["BV"], DOT=dot),
              blocal["num_warps"], blocal["num_stages"], pointers),
-            *((kernel, dict(H=H, K=K, V=V, BT=64, BC=16, BK=binputs["BK"], BV=binputs["BV"], DOT=dot),
-               binputs["num_warps"], binputs["num_stages"], pointers)
-              for kernel in (cb.chunk_gdn2_bwd_rows_kernel, cb.chunk_gdn2_bwd_keys_kernel)))),
+            (cb.chunk_gdn2_bwd_inputs_kernel, dict(H=H, K=K, V=V, BT=64, BC=16, BK=binputs["BK"], BV=binputs["BV"],
+                                                   DOT=dot),
+             binputs["num_warps"], binputs["num_stages"], pointers))),
         (fr._fused_recurrent_gdn2_fwd_kernel, dict(H=H, K=K, V=V, BK=K, BV=fused_bv, USE_INITIAL_STATE=True,
                                                    STORE_FINAL_STATE=True), 1, 1, ()),
     ]
