@@ -244,7 +244,7 @@ def _input_grads(q, k, g, b, f, do, P, dh, dA, dAqk, p: _Plan):
 
 def _backward(q, k, v, g, b, w, initial_state, do, dht, p: _Plan, f=None):
     """The whole backward on contiguous inputs: recompute the forward's intermediates (unless given as f, which
-    must hold G and ht), then the four launches. Returns (dq, dk, dv, dg, db, dw) in their inputs' types and
+    must hold G and ht), then the three launches. Returns (dq, dk, dv, dg, db, dw) in their inputs' types and
     dh0 float32 or None."""
     if f is None:
         f = _forward_states(q, k, v, g, b, w, initial_state, True, p, store_G=True)
