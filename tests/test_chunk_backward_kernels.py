@@ -76,6 +76,18 @@ def test_tails_and_unequal_dims(B, T, K, V):
     run_case(B, T, 2, K, V, seed=T + K)
 
 
+def test_several_key_and_value_blocks(monkeypatch):
+    """16-wide key and value blocks on K = 48, V = 40: every kernel loops over blocks (the last value block
+    partial), and the inputs kernel runs three key-block programs per chunk, under strong decay."""
+    from gdn2edu import chunk_backward_kernels as cb
+
+    monkeypatch.setitem(cb.BWD_INPUTS_TILES, "BK", 16)
+    monkeypatch.setitem(cb.BWD_INPUTS_TILES, "BV", 16)
+    monkeypatch.setitem(cb.BWD_LOCAL_TILES, "BV", 16)
+    monkeypatch.setitem(cb.BWD_SCAN_TILES, "BV", 16)
+    run_case(1, 100, 1, 48, 40, decay_max=3.0, seed=6)
+
+
 def test_shorter_than_a_chunk_without_state_or_upstream():
     run_case(2, 9, 1, 16, 32, h0=False, upstream=False, seed=3)
 
