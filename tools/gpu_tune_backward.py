@@ -1,11 +1,15 @@
 """Time tile settings of the backward's inputs kernel and the forward's WY and intra kernels (which
-the backward re-runs) on a GPU, and write the fastest of each to a JSON file that gpu_backward_bench.py --tiles reads.
+the backward re-runs) on a GPU, and the reverse scan at each fixed value block for the standard shapes; write
+the timings with their provenance and the fastest setting of each table to a JSON file (which
+gpu_backward_bench.py --tiles reads, and Chapter 10 shows).
 
-    python tools/gpu_tune_backward.py --out tiles.json --budget 150
+    python tools/gpu_tune_backward.py --out tiles.json --budget 150 --commit $(git rev-parse HEAD)
 
 Each setting is timed alone (``triton.testing.do_bench``, median) on the (1, 8192, 16) baseline inputs,
-K = V = 128, bf16. A setting that fails to compile or launch is recorded with its error; an illegal memory
-access ends the run (the CUDA context is lost), so run this in its own process.
+K = V = 128, bf16; ``--scan-blocks`` adds the reverse scan at value blocks 16, 32 and 64 for every standard
+shape, with the device's multiprocessor count (what the scan's "auto" block is chosen from). A setting
+that fails to compile or launch is recorded with its error; an illegal memory access ends the run (the
+CUDA context is lost), so run this in its own process.
 """
 
 import argparse
@@ -17,17 +21,42 @@ from pathlib import Path
 import torch
 import triton.testing
 
-from gdn2edu import chunk_backward_kernels as cb
-from gdn2edu.chunk_backward_kernels import BACKWARD_TILE_TABLES
-from gdn2edu.chunk_kernels import _forward_states, _plan, baseline_inputs
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-INPUTS = [dict(BK=128, BV=64, num_warps=8, num_stages=2), dict(BK=64, BV=64, num_warps=8, num_stages=2),
-          dict(BK=128, BV=32, num_warps=8, num_stages=2)]
+from gdn2edu import chunk_backward_kernels as cb                   # noqa: E402
+from gdn2edu.bench import STANDARD_SHAPES                          # noqa: E402
+from gdn2edu.chunk_backward_kernels import BACKWARD_TILE_TABLES    # noqa: E402
+from gdn2edu.chunk_kernels import _forward_states, _plan, baseline_inputs  # noqa: E402
+from gpu_forward_bench import provenance                           # noqa: E402
+
+INPUTS = [dict(BK=128, BV=64, num_warps=8, num_stages=2), dict(BK=128, BV=32, num_warps=8, num_stages=2),
+          dict(BK=64, BV=64, num_warps=8, num_stages=2), dict(BK=32, BV=64, num_warps=8, num_stages=2)]
 WY = [dict(BK=32, BV=64, num_warps=2), dict(BK=32, BV=64, num_warps=8), dict(BK=16, BV=64, num_warps=8),
       dict(BK=32, BV=64, num_warps=4)]
 INTRA = [dict(BK=16, num_warps=1, num_stages=2), dict(BK=16, num_warps=4, num_stages=2),
          dict(BK=16, num_warps=8, num_stages=2), dict(BK=16, num_warps=2, num_stages=2)]
 SETTINGS = {"BWD_INPUTS_TILES": INPUTS, "WY_TILES": WY, "INTRA_TILES": INTRA}     # by table name
+SCAN_BLOCKS = (16, 32, 64)
+
+
+def time_scan_blocks():
+    """The reverse scan's median ms at each value block of SCAN_BLOCKS, per standard shape (bf16 baseline
+    inputs, K = V = 128): a list of {"B", "T", "H", "ms": {block: ms}}."""
+    rows, default = [], cb.BWD_SCAN_TILES["BV"]
+    for B, T, H in STANDARD_SHAPES:
+        x = baseline_inputs(B, T, H)
+        p = _plan(*x, None, None, None)
+        f = _forward_states(*x, None, True, p, store_G=True)
+        do = torch.randn_like(x[2])
+        ms = {}
+        for block in SCAN_BLOCKS:
+            cb.BWD_SCAN_TILES["BV"] = block
+            ms[block] = triton.testing.do_bench(lambda: cb._reverse_scan(f, do, None, p, False), warmup=10, rep=50,
+                                                return_mode="median")
+        rows.append({"B": B, "T": T, "H": H, "ms": ms})
+        print(json.dumps(rows[-1]), flush=True)
+    cb.BWD_SCAN_TILES["BV"] = default
+    return rows
 
 
 def main(argv=None):
@@ -35,6 +64,8 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--budget", type=float, default=150.0, help="seconds after which no new setting starts")
     parser.add_argument("--tables", default=",".join(SETTINGS), help="which tables to tune")
+    parser.add_argument("--commit", default="unknown", help="git commit of the code being measured")
+    parser.add_argument("--scan-blocks", action="store_true", help="also time the reverse scan's value blocks")
     args = parser.parse_args(argv)
     names = args.tables.split(",")
     if any(name not in SETTINGS for name in names):
@@ -52,7 +83,11 @@ def main(argv=None):
 
     timed_call = {"BWD_INPUTS_TILES": lambda: cb._input_grads(x[0], x[1], x[3], x[4], f, do, P, dh, dA, dAqk, p),
                   "WY_TILES": recompute, "INTRA_TILES": recompute}
-    result = {"shape": [1, 8192, 16], "timed": [], "best": {}}
+    result = {"provenance": provenance(args.commit), "shape": [1, 8192, 16], "timed": [], "best": {}}
+    if args.scan_blocks:
+        result["multiprocessors"] = torch.cuda.get_device_properties(0).multi_processor_count
+        result["scan_blocks"] = time_scan_blocks()
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
     for name in names:
         fn, table = timed_call[name], BACKWARD_TILE_TABLES[name]
         default = dict(table)
