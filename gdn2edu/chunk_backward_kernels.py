@@ -66,14 +66,20 @@ BACKWARD_TILE_TABLES = {"BWD_SCAN_TILES": BWD_SCAN_TILES, "BWD_LOCAL_TILES": BWD
                         "BWD_INPUTS_TILES": BWD_INPUTS_TILES, "WY_TILES": WY_TILES, "INTRA_TILES": INTRA_TILES}
 
 
+def one_wave_block(N, H, V, multiprocessors):
+    """The narrowest value block of 16, 32, 64 whose N * H * ceil(V / block) scan programs all run at once,
+    one per multiprocessor; 64 when none does. A narrower block shortens each chunk's step, but programs
+    beyond one per multiprocessor wait for a second wave."""
+    return next((bv for bv in (16, 32) if N * H * triton.cdiv(V, bv) <= multiprocessors), 64)
+
+
 def _scan_value_block(p: _Plan, device):
-    """BWD_SCAN_TILES["BV"], or for "auto" the narrowest of 16, 32, 64 whose N * H * V / BV programs all run
-    at once, one per multiprocessor, and 64 when none does (on the CPU: 64); at most V rounded up to a
-    power of two. A narrower block shortens each chunk's step; a second wave of programs doubles the time."""
+    """BWD_SCAN_TILES["BV"], or for "auto" one_wave_block on the device's multiprocessors (on the CPU: 64);
+    at most V rounded up to a power of two."""
     BV = BWD_SCAN_TILES["BV"]
     if BV == "auto":
         sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
-        BV = next((bv for bv in (16, 32) if p.N * p.H * triton.cdiv(p.V, bv) <= sms), 64)
+        BV = one_wave_block(p.N, p.H, p.V, sms)
     return min(BV, max(16, triton.next_power_of_2(p.V)))
 
 

@@ -77,8 +77,9 @@ def test_tails_and_unequal_dims(B, T, K, V):
 
 
 def test_several_key_and_value_blocks(monkeypatch):
-    """16-wide key and value blocks on K = 48, V = 40: every kernel loops over blocks (the last value block
-    partial), and the inputs kernel runs three key-block programs per chunk, under strong decay."""
+    """16-wide key and value blocks on K = 48, V = 40, under strong decay: the scan runs three value-block
+    programs (the last one partial), the local and inputs kernels loop over three value blocks, and the
+    inputs kernel runs three key-block programs per chunk."""
     from gdn2edu import chunk_backward_kernels as cb
 
     monkeypatch.setitem(cb.BWD_INPUTS_TILES, "BK", 16)
