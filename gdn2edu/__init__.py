@@ -15,7 +15,7 @@ from gdn2edu.chunk_backward import reverse_state_scan, pairwise_pullback, chunk_
 from gdn2edu.matrix_intra import centered_pullback, subchunk_pullback, gram_free_scalar_gate, tied_gate_grads
 from gdn2edu.fused_recurrent import fused_recurrent_gdn2, fused_recurrent_gdn2_step
 from gdn2edu.chunk_kernels import chunk_gdn2_fwd_intra_kernel, chunk_gdn2_fwd_wy_kernel, chunk_gdn2_fwd_scan_kernel, chunk_gdn2_fwd_output_kernel, chunk_gdn2, baseline_inputs
-from gdn2edu.chunk_backward_kernels import chunk_gdn2_bwd_scan_kernel, one_wave_block, chunk_gdn2_bwd_local_kernel, chunk_gdn2_bwd_inputs_kernel, chunk_gdn2_backward_triton, ChunkGDN2TritonFunction
+from gdn2edu.chunk_backward_kernels import chunk_gdn2_bwd_scan_kernel, chunk_gdn2_bwd_local_kernel, chunk_gdn2_bwd_inputs_kernel, chunk_gdn2_backward_triton, ChunkGDN2TritonFunction
 
 __all__ = [
     "GDN2Dims",
@@ -64,7 +64,6 @@ __all__ = [
     "chunk_gdn2",
     "baseline_inputs",
     "chunk_gdn2_bwd_scan_kernel",
-    "one_wave_block",
     "chunk_gdn2_bwd_local_kernel",
     "chunk_gdn2_bwd_inputs_kernel",
     "chunk_gdn2_backward_triton",

@@ -66,7 +66,7 @@ BACKWARD_TILE_TABLES = {"BWD_SCAN_TILES": BWD_SCAN_TILES, "BWD_LOCAL_TILES": BWD
                         "BWD_INPUTS_TILES": BWD_INPUTS_TILES, "WY_TILES": WY_TILES, "INTRA_TILES": INTRA_TILES}
 
 
-def one_wave_block(N, H, V, multiprocessors):
+def _one_wave_block(N, H, V, multiprocessors):
     """The narrowest value block of 16, 32, 64 whose N * H * ceil(V / block) scan programs all run at once,
     one per multiprocessor; 64 when none does. A narrower block shortens each chunk's step, but programs
     beyond one per multiprocessor wait for a second wave."""
@@ -74,12 +74,12 @@ def one_wave_block(N, H, V, multiprocessors):
 
 
 def _scan_value_block(p: _Plan, device):
-    """BWD_SCAN_TILES["BV"], or for "auto" one_wave_block on the device's multiprocessors (on the CPU: 64);
+    """BWD_SCAN_TILES["BV"], or for "auto" _one_wave_block on the device's multiprocessors (on the CPU: 64);
     at most V rounded up to a power of two."""
     BV = BWD_SCAN_TILES["BV"]
     if BV == "auto":
         sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
-        BV = one_wave_block(p.N, p.H, p.V, sms)
+        BV = _one_wave_block(p.N, p.H, p.V, sms)
     return min(BV, max(16, triton.next_power_of_2(p.V)))
 
 
@@ -207,15 +207,15 @@ def chunk_gdn2_bwd_inputs_kernel(q, k, b, Gc, P, R, do, h, ht, dh, dA, dAqk, dq,
         r0 = t0 + c * BC
         b_Gs = _G_tile(Gc + p_qk, r0 + o_c, c0, T, K, H * K, BK)                # G on the sub-chunk's rows
         b_m = _G_row(Gc + p_qk, r0 + BC // 2, c0, T, K, H * K, BK)             # the anchor: its midpoint
+        b_ks = _load(k + p_qk, r0, c0, T, K, H * K, BC, BK)                      # the sub-chunk's keys
         # its columns of D and H_q against its keys: rows i >= r0 of b * k's and q's adjoints
-        b_Y = (_load(k + p_qk, r0, c0, T, K, H * K, BC, BK) * tl.exp2(b_m[None, :] - b_Gs)).to(CT)
+        b_Y = (b_ks * tl.exp2(b_m[None, :] - b_Gs)).to(CT)
         b_rho = tl.exp2(tl.where(o_t[:, None] >= c * BC, b_G - b_m[None, :], float("-inf")))
         b_bk += b_rho * tl.dot(_load_tile(dA + p_A, t0, c * BC, T, BT, H * BT, BT, BC), b_Y, input_precision=DOT)
         b_qb += b_rho * tl.dot(_load_tile(dAqk + p_A, t0, c * BC, T, BT, H * BT, BT, BC), b_Y, input_precision=DOT)
         # its rows of D and H_q against every key: keys j < r0 + BC of k's adjoint
         b_up = tl.exp2(b_Gs - b_m[None, :])
-        b_E = (_load(b + p_qk, r0, c0, T, K, H * K, BC, BK) * _load(k + p_qk, r0, c0, T, K, H * K, BC, BK)
-               * b_up).to(CT)
+        b_E = (_load(b + p_qk, r0, c0, T, K, H * K, BC, BK) * b_ks * b_up).to(CT)
         b_Q = (_load(q + p_qk, r0, c0, T, K, H * K, BC, BK) * (scale * b_up)).to(CT)
         b_sig = tl.exp2(tl.where(o_t[:, None] < (c + 1) * BC, b_m[None, :] - b_G, float("-inf")))
         b_rk += b_sig * (tl.dot(tl.trans(_load_tile(dA + p_A, r0, 0, T, BT, H * BT, BC, BT)), b_E, input_precision=DOT)
