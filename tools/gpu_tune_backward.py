@@ -39,15 +39,19 @@ SETTINGS = {"BWD_INPUTS_TILES": INPUTS, "WY_TILES": WY, "INTRA_TILES": INTRA}   
 SCAN_BLOCKS = (16, 32, 64)
 
 
+def recomputed(B, T, H):
+    """Baseline inputs x (bf16, K = V = 128), their plan p, the recomputed intermediates f and a random do."""
+    x = baseline_inputs(B, T, H)
+    p = _plan(*x, None, None, None)
+    return x, p, _forward_states(*x, None, True, p, store_G=True), torch.randn_like(x[2])
+
+
 def time_scan_blocks():
     """The reverse scan's median ms at each value block of SCAN_BLOCKS, per standard shape (bf16 baseline
     inputs, K = V = 128): a list of {"B", "T", "H", "ms": {block: ms}}."""
     rows, default = [], cb.BWD_SCAN_TILES["BV"]
     for B, T, H in STANDARD_SHAPES:
-        x = baseline_inputs(B, T, H)
-        p = _plan(*x, None, None, None)
-        f = _forward_states(*x, None, True, p, store_G=True)
-        do = torch.randn_like(x[2])
+        _, p, f, do = recomputed(B, T, H)
         ms = {}
         for block in SCAN_BLOCKS:
             cb.BWD_SCAN_TILES["BV"] = block
@@ -71,10 +75,7 @@ def main(argv=None):
     if any(name not in SETTINGS for name in names):
         parser.error(f"--tables must be comma-separated names from {tuple(SETTINGS)}, got {args.tables!r}")
     start = time.monotonic()
-    x = baseline_inputs(1, 8192, 16)
-    p = _plan(*x, None, None, None)
-    f = _forward_states(*x, None, True, p, store_G=True)
-    do = torch.randn_like(x[2])
+    x, p, f, do = recomputed(1, 8192, 16)
     dR, dh, _ = cb._reverse_scan(f, do, None, p, False)
     _, _, dA, dAqk, P = cb._local_pullback(x[2], x[5], f, do, dR, p)
 
