@@ -23,6 +23,7 @@ import triton
 import triton.testing
 
 import gdn2edu
+from gdn2edu import chunk_kernels
 from gdn2edu.chunk_kernels import baseline_inputs
 
 FORWARD_SHAPES = [(1, 8192, 16), (4, 2048, 16), (8, 1024, 16), (2, 8192, 16)]   # (B, T, H)
@@ -73,6 +74,12 @@ def provenance(commit):
             "command": " ".join(["python", *sys.argv])}
 
 
+def forward_tiles():
+    """The forward's tile tables and intermediates' type setting, as the package ships them now."""
+    return {name: getattr(chunk_kernels, name) for name in
+            ("INTRA_TILES", "WY_TILES", "SCAN_TILES", "OUTPUT_TILES", "LOW_PRECISION_INTERMEDIATES")}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
@@ -90,8 +97,8 @@ def main(argv=None):
         from fla.ops.gdn2 import chunk_gdn2 as fla_chunk, fused_recurrent_gdn2 as fla_recurrent
     except ImportError:
         fla_chunk = fla_recurrent = None
-    result = {"provenance": provenance(args.commit), "checks": [], "forward": [], "decode": [],
-              "skipped": []}
+    result = {"provenance": provenance(args.commit), "tiles": forward_tiles(), "checks": [], "forward": [],
+              "decode": [], "skipped": []}
 
     def out_of_time(step):
         if time.monotonic() - start > args.budget:
