@@ -24,7 +24,7 @@ def centered_pullback(C, G, left, right):
 
     C: [..., n, n] (causal mask included); G, left, right: [..., n, K]. Returns (left_bar, right_bar,
     G_bar), each [..., n, K]. Exact algebra; in floating point safe while the per-feature range of G in
-    the chunk stays below twice the largest exponent of the dtype (about 176 in float32).
+    the chunk stays below twice the largest exponent of the dtype (2 ln(finfo.max), about 177 in float32).
     """
     _check_pullback_args(C, G, left, right)
     m = (G.amax(-2, keepdim=True) + G.amin(-2, keepdim=True)) / 2
