@@ -14,7 +14,6 @@ if not torch.cuda.is_available():
 
 import triton
 import triton.language as tl
-import triton.testing
 
 from gdn2edu.inputs import _check_tensor, validate_inputs
 
@@ -302,8 +301,10 @@ def _schedule(offsets, BT, device):
     return torch.tensor(offsets, **as_int32), torch.tensor(pairs, **as_int32), torch.tensor(firsts, **as_int32)
 
 
-# Tiles of the scan kernel for K > 64: value-block width, warps and pipeline stages. Chosen by measurement
-# on an H200 (tools/gpu_tune_scan.py); a module-level table so that a tuning run can try others.
+# Tiles of the scan kernel for K > 64: value-block width, warps and pipeline stages, and of the other kernels.
+# Chosen by measurement on an H200 (tools/gpu_tune_scan.py; WY_TILES and INTRA_TILES by
+# tools/gpu_tune_backward.py, on the backward's recomputation); module-level tables so that a tuning run
+# can try others.
 SCAN_TILES = {"BV": 32, "num_warps": 4, "num_stages": 4}
 WY_TILES = {"BK": 32, "BV": 64, "num_warps": 4}           # the WY kernel's key and value blocks, warps
 OUTPUT_TILES = {"BV": 128, "num_warps": 4}                # the output kernel's value block, warps
@@ -428,6 +429,11 @@ def baseline_inputs(B, T, H=16, K=128, V=128, dtype=torch.bfloat16, seed=0, devi
     """The inputs of the FLA H200 baseline: q, k [B, T, H, K] L2-normalised per head, v [B, T, H, V] standard
     normal (all in ``dtype``), g float32 logsigmoid(x) / 16, b [B, T, H, K] and w [B, T, H, V] uniform in
     [0.1, 0.9] in ``dtype``. Returns (q, k, v, g, b, w) on ``device``."""
+    for name, size in dict(B=B, T=T, H=H, K=K, V=V).items():
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise ValueError(f"{name} must be a positive int, got {size!r}")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
     gen = torch.Generator(device=device).manual_seed(seed)
 
     def randn(*shape):

@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import make_inputs
 
-from gdn2edu import chunk_gdn2, recurrent_gdn2
+from gdn2edu import baseline_inputs, chunk_gdn2, recurrent_gdn2
 
 TOL = 1e-4
 
@@ -94,3 +94,11 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
         chunk_gdn2(*_inputs())
+
+
+@pytest.mark.parametrize("kwargs, name", [(dict(B=0), "B"), (dict(T=2.5), "T"), (dict(H=True), "H"),
+                                          (dict(dtype=torch.int32), "dtype")])
+def test_baseline_inputs_names_bad_arguments(kwargs, name):
+    args = dict(B=1, T=4, H=2, K=8, V=8, device="cpu") | kwargs
+    with pytest.raises(ValueError, match=name):
+        baseline_inputs(**args)

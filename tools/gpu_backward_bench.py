@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import torch
-import triton.testing
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
