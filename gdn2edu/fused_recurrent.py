@@ -109,6 +109,6 @@ def fused_recurrent_gdn2_step(q, k, v, g, b, w, state=None, scale=None):
     q, k, g, b: [B, H, K]; v, w: [B, H, V]; state: [B, H, K, V] or None (zeros).
     Returns (o [B, H, V] in v's dtype, new state [B, H, K, V] in float32); ``state`` is left unchanged.
     """
-    o, new_state = fused_recurrent_gdn2(*one_token_as_sequence(q, k, v, g, b, w), scale=scale,
+    o, new_state = fused_recurrent_gdn2(*one_token_as_sequence(q, k, v, g, b, w, state), scale=scale,
                                         initial_state=state, output_final_state=True)
     return o[:, 0], new_state

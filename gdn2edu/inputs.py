@@ -21,6 +21,15 @@ class GDN2Dims:
     scale: float
 
 
+def _check_state(name, state, shape, device):
+    """A state argument: a floating-point tensor of the given [B, H, K, V] shape on the given device."""
+    _check_tensor(name, state, 4, "[B, H, K, V]")
+    if state.shape != shape:
+        raise ValueError(f"{name} must have shape [B, H, K, V] = {shape}, got {tuple(state.shape)}")
+    if state.device != device:
+        raise ValueError(f"{name} must be on q's device {device}, got {state.device}")
+
+
 def _check_tensor(name, x, ndim, layout):
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
@@ -56,12 +65,7 @@ def validate_inputs(q, k, v, g, b, w, scale=None, initial_state=None) -> GDN2Dim
         if x.device != q.device:
             raise ValueError(f"{name} must be on q's device {q.device}, got {x.device}")
     if initial_state is not None:
-        _check_tensor("initial_state", initial_state, 4, "[B, H, K, V]")
-        if initial_state.shape != (B, H, K, V):
-            raise ValueError(f"initial_state must have shape [B, H, K, V] = {(B, H, K, V)}, "
-                             f"got {tuple(initial_state.shape)}")
-        if initial_state.device != q.device:
-            raise ValueError(f"initial_state must be on q's device {q.device}, got {initial_state.device}")
+        _check_state("initial_state", initial_state, (B, H, K, V), q.device)
     if scale is None:
         scale = K ** -0.5
     elif isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
@@ -69,14 +73,17 @@ def validate_inputs(q, k, v, g, b, w, scale=None, initial_state=None) -> GDN2Dim
     return GDN2Dims(B, T, H, K, V, float(scale))
 
 
-def one_token_as_sequence(q, k, v, g, b, w):
-    """Check a decoding step's inputs (q, k, g, b: [B, H, K]; v, w: [B, H, V]) and return them as
-    sequences of one token, [B, 1, H, D], for the sequence functions to validate and run."""
+def one_token_as_sequence(q, k, v, g, b, w, state=None):
+    """Check a decoding step's inputs (q, k, g, b: [B, H, K]; v, w: [B, H, V]; state: [B, H, K, V] or None)
+    and return q..w as sequences of one token, [B, 1, H, D], for the sequence functions to validate and run
+    (the state's errors name it ``state``, as the step functions do)."""
     named = dict(q=q, k=k, v=v, g=g, b=b, w=w)
     for name, x in named.items():
         if not isinstance(x, torch.Tensor) or x.dim() != 3:
             shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise ValueError(f"{name} must be a 3-dim tensor [B, H, D] for one decoding step, got {shape}")
+    if state is not None:
+        _check_state("state", state, (*q.shape, v.shape[-1]), q.device)
     return tuple(x.unsqueeze(1) for x in named.values())
 
 

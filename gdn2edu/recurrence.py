@@ -53,6 +53,6 @@ def recurrent_gdn2_step(q, k, v, g, b, w, state=None, scale=None):
     Returns (o [B, H, V] in v's dtype, new state [B, H, K, V] in the compute dtype);
     ``state`` itself is left unchanged.
     """
-    o, new_state = recurrent_gdn2(*one_token_as_sequence(q, k, v, g, b, w), scale=scale,
+    o, new_state = recurrent_gdn2(*one_token_as_sequence(q, k, v, g, b, w, state), scale=scale,
                                   initial_state=state, output_final_state=True)
     return o[:, 0], new_state

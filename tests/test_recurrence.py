@@ -144,3 +144,11 @@ def test_step_rejects_sequence_layout():
     q, k, v, g, b, w = make_inputs(1, 3, 2, 4, 4, seed=7)
     with pytest.raises(ValueError, match="^q .*3-dim"):
         gdn2edu.recurrent_gdn2_step(q, k[:, 0], v[:, 0], g[:, 0], b[:, 0], w[:, 0])
+
+
+@pytest.mark.parametrize("step", [gdn2edu.recurrent_gdn2_step, gdn2edu.fused_recurrent_gdn2_step])
+def test_step_errors_name_the_state_argument(step):
+    q, v = torch.randn(2, 3, 4), torch.randn(2, 3, 5)
+    for bad in (torch.randn(2, 3, 4, 6), torch.randn(2, 3, 4), "cache"):
+        with pytest.raises(ValueError, match="^state must"):
+            step(q, q, v, q, q, v, state=bad)
