@@ -33,6 +33,24 @@ def reverse_state_scan(f, do, dht):
     return torch.stack(R_bars[::-1], dim=2), torch.stack(S_out_bars[::-1], dim=2), S_bar
 
 
+def _check_pullback_args(C, G, left, right):
+    """C [..., n, n]; G, left, right [..., n, K] with the same shape, all floating-point tensors: else a
+    ValueError naming the argument."""
+    for name, x in (("C", C), ("G", G), ("left", left), ("right", right)):
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+            got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"{name} must be a floating-point torch.Tensor, got {got}")
+    if C.dim() < 2 or C.shape[-1] != C.shape[-2]:
+        raise ValueError(f"C must be square [..., n, n], got shape {tuple(C.shape)}")
+    for name, x in (("G", G), ("left", left), ("right", right)):
+        if x.shape[:-1] != C.shape[:-1]:
+            raise ValueError(f"{name} must be [..., n, K] with C's leading shape {tuple(C.shape[:-1])}, "
+                             f"got {tuple(x.shape)}")
+    for name, x in (("left", left), ("right", right)):
+        if x.shape != G.shape:
+            raise ValueError(f"{name} must have G's shape {tuple(G.shape)}, got {tuple(x.shape)}")
+
+
 def pairwise_pullback(C, G, left, right):
     """Pull an adjoint C back through X_ij = sum_c left_ic exp(G_ic - G_jc) right_jc, for i >= j.
 
@@ -41,6 +59,7 @@ def pairwise_pullback(C, G, left, right):
     left_bar_ic = sum_j C_ij exp(G_ic - G_jc) right_jc, right_bar_jc = sum_i C_ij exp(G_ic - G_jc) left_ic,
     G_bar = left * left_bar - right * right_bar. Only ratios in [0, 1] are formed.
     """
+    _check_pullback_args(C, G, left, right)
     ratios = decay_ratios(G)                                               # [..., i, j, K]
     left_bar = torch.einsum("...ij,...ijc,...jc->...ic", C, ratios, right)
     right_bar = torch.einsum("...ij,...ijc,...ic->...jc", C, ratios, left)

@@ -5,18 +5,8 @@
 
 import torch
 
-
-def _check_pullback_args(C, G, left, right):
-    """C [..., n, n]; G, left, right [..., n, K] with the same shape: else a ValueError naming the argument."""
-    if C.dim() < 2 or C.shape[-1] != C.shape[-2]:
-        raise ValueError(f"C must be square [..., n, n], got shape {tuple(C.shape)}")
-    for name, x in (("G", G), ("left", left), ("right", right)):
-        if x.shape[:-1] != C.shape[:-1]:
-            raise ValueError(f"{name} must be [..., n, K] with C's leading shape {tuple(C.shape[:-1])}, "
-                             f"got {tuple(x.shape)}")
-    for name, x in (("left", left), ("right", right)):
-        if x.shape != G.shape:
-            raise ValueError(f"{name} must have G's shape {tuple(G.shape)}, got {tuple(x.shape)}")
+from gdn2edu.chunk_backward import _check_pullback_args
+from gdn2edu.family import FAMILY_MEMBERS
 
 
 def centered_pullback(C, G, left, right):
@@ -65,6 +55,15 @@ def gram_free_scalar_gate(D, G, k, beta):
     k: [..., n, K]; beta: [..., n]. Returns (k_bar [..., n, K], beta_bar [..., n], G_bar [..., n]);
     valid at beta = 0 (nothing is divided by beta).
     """
+    for name, x in (("D", D), ("G", G), ("k", k), ("beta", beta)):
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+            raise ValueError(f"{name} must be a floating-point torch.Tensor, got {getattr(x, 'dtype', type(x))}")
+    if D.dim() < 2 or D.shape[-1] != D.shape[-2]:
+        raise ValueError(f"D must be square [..., n, n], got shape {tuple(D.shape)}")
+    for name, x, layout in (("G", G, "[..., n]"), ("beta", beta, "[..., n]"), ("k", k, "[..., n, K]")):
+        if (x.shape[:-1] if name == "k" else x.shape) != D.shape[:-1]:
+            raise ValueError(f"{name} must be {layout} with D's leading shape {tuple(D.shape[:-1])}, "
+                             f"got {tuple(x.shape)}")
     ratios = (G[..., :, None] - G[..., None, :]).clamp(max=0).exp()   # e^{G_i - G_j} on i >= j, 1 above
     D_tilde = D * ratios                                               # D is zero above the diagonal
     X = D_tilde @ k
@@ -80,7 +79,13 @@ def tied_gate_grads(member, dg, db, dw):
     d_log_decay is None (deltanet), [B, T, H] (gated_deltanet) or [B, T, H, K] (kda); d_beta [B, T, H]
     sums the erase and the write path.
     """
-    d_log_decay = {"deltanet": None, "gated_deltanet": dg.sum(-1), "kda": dg}
-    if member not in d_log_decay:
-        raise ValueError(f"member must be one of {tuple(d_log_decay)}, got {member!r}")
-    return d_log_decay[member], db.sum(-1) + dw.sum(-1)
+    if member not in FAMILY_MEMBERS:
+        raise ValueError(f"member must be one of {FAMILY_MEMBERS}, got {member!r}")
+    for name, x in (("dg", dg), ("db", db), ("dw", dw)):
+        if not isinstance(x, torch.Tensor) or x.dim() != 4:
+            raise ValueError(f"{name} must be a 4-dim tensor, got {getattr(x, 'shape', type(x).__name__)}")
+    if dg.shape != db.shape or dw.shape[:3] != db.shape[:3]:
+        raise ValueError(f"dg, db must share one shape [B, T, H, K] and dw [B, T, H, V] its [B, T, H], got "
+                         f"{tuple(dg.shape)}, {tuple(db.shape)}, {tuple(dw.shape)}")
+    d_log_decay = {"deltanet": None, "gated_deltanet": dg.sum(-1), "kda": dg}[member]
+    return d_log_decay, db.sum(-1) + dw.sum(-1)

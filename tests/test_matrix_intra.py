@@ -81,3 +81,19 @@ def test_pullbacks_name_bad_arguments():
         subchunk_pullback(C, G, G, torch.randn(4, 2))
     with pytest.raises(ValueError, match="^sub "):
         subchunk_pullback(C, G, G, G, sub=0)
+
+
+def test_pullback_and_gate_helpers_name_bad_arguments():
+    C, G, k = torch.randn(4, 4, dtype=torch.float64), torch.randn(4, 3, dtype=torch.float64), torch.randn(4, 3)
+    with pytest.raises(ValueError, match="^left"):
+        gdn2edu.pairwise_pullback(C, G, G[:1], G)
+    with pytest.raises(ValueError, match="^C"):
+        gdn2edu.pairwise_pullback(C.int(), G, G, G)
+    with pytest.raises(ValueError, match="^beta"):
+        gdn2edu.gram_free_scalar_gate(C, G[:, 0], k.double(), G[:1, 0])
+    with pytest.raises(ValueError, match="^member"):
+        gdn2edu.tied_gate_grads("mamba", None, None, None)
+    with pytest.raises(ValueError, match="^dg, db"):
+        gdn2edu.tied_gate_grads("kda", torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4), torch.randn(1, 2, 2, 5))
+    with pytest.raises(ValueError, match="^K"):
+        gdn2edu.family_gates("deltanet", torch.rand(1, 2, 3), 0, 4)
