@@ -46,11 +46,10 @@ def wy_factors(q, k, v, g, b, w) -> WYFactors:
     ratios = decay_ratios(G)                                     # [..., n, n, K]
     L = torch.einsum("...ic,...ijc,...jc->...ij", b * k, ratios, k).tril(-1)     # tril_<(E Y^T)
     C_q = torch.einsum("...ic,...ijc,...jc->...ij", q, ratios, k)                # tril_<=(Q_g Y^T)
-    M = torch.eye(n, dtype=L.dtype, device=L.device) + L
+    eye = torch.eye(n, dtype=L.dtype, device=L.device)
     gamma = G.exp()
     E, Z = b * k * gamma, w * v
-    A = torch.linalg.solve_triangular(M, torch.eye(n, dtype=M.dtype, device=M.device), upper=False,
-                                      unitriangular=True)
+    A = torch.linalg.solve_triangular(eye + L, eye, upper=False, unitriangular=True)     # (I + L)^{-1}
     kg = k * (G[..., -1:, :] - G).exp()
     return WYFactors(A @ E, A @ Z, q * gamma, C_q, kg, gamma[..., -1, :], A)
 

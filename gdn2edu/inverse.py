@@ -12,9 +12,10 @@ def _check_strictly_lower(L):
         raise ValueError(f"L must be a floating-point tensor [..., n, n], got {shape}")
     if L.shape[-1] != L.shape[-2]:
         raise ValueError(f"L must be square [..., n, n], got shape {tuple(L.shape)}")
-    if torch.count_nonzero(torch.triu(L)) > 0:
-        raise ValueError("L must be strictly lower triangular (zero on and above the diagonal), "
-                         f"got {torch.count_nonzero(torch.triu(L)).item()} nonzero entries there")
+    above = torch.count_nonzero(torch.triu(L)).item()
+    if above > 0:
+        raise ValueError(f"L must be strictly lower triangular (zero on and above the diagonal), got {above} "
+                         "nonzero entries there")
 
 
 def forward_substitution(L):
@@ -52,7 +53,7 @@ def block_inverse(L, block=16):
     for r, (r0, r1) in enumerate(spans):
         A[r, r] = forward_substitution(L[..., r0:r1, r0:r1])
         for c in range(r):
-            coupled = sum(L[..., r0:r1, k0:k1] @ A[k, c] for k, (k0, k1) in enumerate(spans) if c <= k < r)
+            coupled = sum(L[..., r0:r1, spans[k][0]:spans[k][1]] @ A[k, c] for k in range(c, r))
             A[r, c] = -A[r, r] @ coupled
     rows = [torch.cat([A[r, c] if c <= r else L.new_zeros(*L.shape[:-2], r1 - r0, c1 - c0)
                        for c, (c0, c1) in enumerate(spans)], dim=-1)
