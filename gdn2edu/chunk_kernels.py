@@ -15,7 +15,7 @@ if not torch.cuda.is_available():
 import triton
 import triton.language as tl
 
-from gdn2edu.inputs import _check_tensor, validate_inputs
+from gdn2edu.inputs import _check_state, validate_inputs
 
 
 @triton.jit
@@ -340,20 +340,14 @@ def _plan(q, k, v, g, b, w, scale, initial_state, cu_seqlens):
     if q.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         raise ValueError(f"q must be on a CUDA device, got {q.device}; "
                          "set TRITON_INTERPRET=1 before importing gdn2edu to run the kernels on the CPU")
-    if cu_seqlens is None:
-        offsets = tuple(range(0, (B + 1) * T, T))
-    else:
-        offsets = _check_cu_seqlens(cu_seqlens, B, T)
-        N = len(offsets) - 1
-        if initial_state is not None:
-            _check_tensor("initial_state", initial_state, 4, "[N, H, K, V]")
-            if initial_state.shape != (N, H, K, V) or initial_state.device != q.device:
-                raise ValueError(f"initial_state must have shape [N, H, K, V] = {(N, H, K, V)} on {q.device}, "
-                                 f"got {tuple(initial_state.shape)} on {initial_state.device}")
+    offsets = tuple(range(0, (B + 1) * T, T)) if cu_seqlens is None else _check_cu_seqlens(cu_seqlens, B, T)
+    N = len(offsets) - 1
+    if cu_seqlens is not None and initial_state is not None:
+        _check_state("initial_state", initial_state, (N, H, K, V), q.device, "[N, H, K, V]")
     DOT = "ieee" if q.dtype == torch.float32 else "tf32"      # fp32 in, fp32 math; else tensor cores
     # the intermediates the later kernels read: in the inputs' 16-bit type when they have one
     store = q.dtype if q.dtype in (torch.bfloat16, torch.float16) and LOW_PRECISION_INTERMEDIATES else torch.float32
-    return _Plan(B, T, H, K, V, len(offsets) - 1, dims.scale, *_schedule(offsets, 64, q.device), DOT, store)
+    return _Plan(B, T, H, K, V, N, dims.scale, *_schedule(offsets, 64, q.device), DOT, store)
 
 
 def _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p: _Plan, store_G=False):

@@ -21,11 +21,11 @@ class GDN2Dims:
     scale: float
 
 
-def _check_state(name, state, shape, device):
-    """A state argument: a floating-point tensor of the given [B, H, K, V] shape on the given device."""
-    _check_tensor(name, state, 4, "[B, H, K, V]")
+def _check_state(name, state, shape, device, layout="[B, H, K, V]"):
+    """A state argument: a floating-point tensor of the given shape (named by layout) on the given device."""
+    _check_tensor(name, state, 4, layout)
     if state.shape != shape:
-        raise ValueError(f"{name} must have shape [B, H, K, V] = {shape}, got {tuple(state.shape)}")
+        raise ValueError(f"{name} must have shape {layout} = {shape}, got {tuple(state.shape)}")
     if state.device != device:
         raise ValueError(f"{name} must be on q's device {device}, got {state.device}")
 
