@@ -29,10 +29,12 @@ def main(argv=None):
     parser.add_argument("--warps", default="4,8")
     parser.add_argument("--stages", default="2,3")
     parser.add_argument("--lowp", default="1", help="LOW_PRECISION_INTERMEDIATES values to try (1, 0)")
-    parser.add_argument("--wy", default="64:64:4", help="WY kernel settings BK:BV:num_warps to try")
-    parser.add_argument("--output", default="64:2", help="output kernel settings BV:num_warps to try")
-    parser.add_argument("--intra", default="64:4:2",
-                        help="intra kernel settings BK:num_warps:num_stages to try, comma-separated")
+    shipped = {"wy": (chunk_kernels.WY_TILES, ("BK", "BV", "num_warps")),
+               "output": (chunk_kernels.OUTPUT_TILES, ("BV", "num_warps")),
+               "intra": (chunk_kernels.INTRA_TILES, ("BK", "num_warps", "num_stages"))}
+    for option, (table, keys) in shipped.items():     # by default, each kernel's shipped setting only
+        parser.add_argument(f"--{option}", default=":".join(str(table[key]) for key in keys),
+                            help=f"{option} kernel settings {':'.join(keys)} to try, comma-separated")
     args = parser.parse_args(argv)
     start = time.monotonic()
     shapes = [(1, 8192, 16), (4, 2048, 16)]
@@ -44,12 +46,13 @@ def main(argv=None):
     default = dict(chunk_kernels.SCAN_TILES)
     default_lowp = chunk_kernels.LOW_PRECISION_INTERMEDIATES
     default_intra = dict(chunk_kernels.INTRA_TILES)
-    intra = [tuple(map(int, item.split(":"))) for item in args.intra.split(",")]
     default_wy, default_out = dict(chunk_kernels.WY_TILES), dict(chunk_kernels.OUTPUT_TILES)
+
     def settings(text):
         return [tuple(map(int, item.split(":"))) for item in text.split(",")]
+
     grid = itertools.product(*(map(int, s.split(",")) for s in (args.lowp, args.bv, args.warps, args.stages)),
-                             intra, settings(args.wy), settings(args.output))
+                             settings(args.intra), settings(args.wy), settings(args.output))
     for lowp, bv, warps, stages, (ibk, iwarps, istages), wy, out in grid:
         if time.monotonic() - start > args.budget:
             print("budget spent, stopping")
@@ -59,16 +62,15 @@ def main(argv=None):
         chunk_kernels.INTRA_TILES.update(BK=ibk, num_warps=iwarps, num_stages=istages)
         chunk_kernels.WY_TILES.update(BK=wy[0], BV=wy[1], num_warps=wy[2])
         chunk_kernels.OUTPUT_TILES.update(BV=out[0], num_warps=out[1])
+        label = f"lowp={lowp} BV={bv:3d} warps={warps} stages={stages} intra={ibk}:{iwarps}:{istages} wy={wy} out={out}"
         for shape, (inputs, ref) in cases.items():
             try:
                 o, _ = gdn2edu.chunk_gdn2(*inputs)
                 ms = triton.testing.do_bench(lambda: gdn2edu.chunk_gdn2(*inputs), warmup=25, rep=100,
                                              return_mode="median")
-                print(f"lowp={lowp} BV={bv:3d} warps={warps} stages={stages} intra={ibk}:{iwarps}:{istages} wy={wy} out={out} {shape}: err {rel_l2(o, ref):.2e} "
-                      f"time {ms:.3f} ms", flush=True)
+                print(f"{label} {shape}: err {rel_l2(o, ref):.2e} time {ms:.3f} ms", flush=True)
             except Exception as err:          # out of resources: report and go on
-                print(f"lowp={lowp} BV={bv:3d} warps={warps} stages={stages} intra={ibk}:{iwarps}:{istages} {shape}: {type(err).__name__}: {err}",
-                      flush=True)
+                print(f"{label} {shape}: {type(err).__name__}: {err}", flush=True)
     chunk_kernels.SCAN_TILES.update(default)
     chunk_kernels.LOW_PRECISION_INTERMEDIATES = default_lowp
     chunk_kernels.INTRA_TILES.update(default_intra)
