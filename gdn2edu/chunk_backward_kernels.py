@@ -1,12 +1,12 @@
 # Generated from chapters/10_triton_backward.md by tools/tangle.py.
 # Edit the chapter, not this file: `python tools/tangle.py` rewrites it.
 
-"""The chunked GDN2 backward in Triton (ReWY): a reverse state scan, the local pullback, the chain rule to the inputs."""
+"""The chunked GDN2 backward in Triton (ReWY): a reverse state scan, the local pullback, the inputs kernel."""
 
 import torch
 
-from gdn2edu.chunk_kernels import (INTRA_TILES, WY_TILES, _Plan, _chunk_of_program, _forward_output, _forward_states,
-                                   _load, _load_tile, _plan, _tile)
+from gdn2edu.chunk_kernels import (INTRA_TILES, WY_TILES, _Plan, _block_width, _chunk_of_program, _forward_output,
+                                   _forward_states, _load, _load_tile, _plan, _tile)
 
 import triton                        # after gdn2edu.chunk_kernels, which selects the interpreter without a GPU
 import triton.language as tl
@@ -80,13 +80,13 @@ def _scan_value_block(p: _Plan, device):
     if BV == "auto":
         sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
         BV = _one_wave_block(p.N, p.H, p.V, sms)
-    return min(BV, max(16, triton.next_power_of_2(p.V)))
+    return _block_width(p.V, BV)
 
 
 def _reverse_scan(f, do, dht, p: _Plan, want_dh0):
     """Launch the reverse scan on the recomputed intermediates f. Returns (R_bar [B, T, H, V] and the leaving
     states' adjoints dh [chunks, H, K, V] in p.store, dh0 [N, H, K, V] float32 or None)."""
-    BK = max(16, triton.next_power_of_2(p.K))
+    BK = _block_width(p.K)
     BV = _scan_value_block(p, do.device)
     like = dict(dtype=p.store, device=do.device)
     dR = torch.empty(p.B, p.T, p.H, p.V, **like)
@@ -136,7 +136,7 @@ def chunk_gdn2_bwd_local_kernel(v, w, A, R, do, dR, P, dv, dw, dA, dAqk, cu_seql
 def _local_pullback(v, w, f, do, dR, p: _Plan):
     """Launch the local kernel. Returns (dv, dw [B, T, H, V] in v's and w's types, D and H_q as [B, T, H, 64]
     rows and P [B, T, H, V], these three in p.store)."""
-    BV = min(BWD_LOCAL_TILES["BV"], max(16, triton.next_power_of_2(p.V)))
+    BV = _block_width(p.V, BWD_LOCAL_TILES["BV"])
     dA = torch.empty(p.B, p.T, p.H, 64, dtype=p.store, device=v.device)
     dAqk = torch.empty_like(dA)
     dv, dw = torch.empty_like(v), torch.empty_like(w)
@@ -238,8 +238,8 @@ def chunk_gdn2_bwd_inputs_kernel(q, k, b, Gc, P, R, do, h, ht, dh, dA, dAqk, dq,
 def _input_grads(q, k, g, b, f, do, P, dh, dA, dAqk, p: _Plan):
     """Launch the inputs kernel on f (with G and ht). Returns (dq, dk, dg, db), each [B, T, H, K] in the type
     of its input."""
-    BKI = min(BWD_INPUTS_TILES["BK"], max(16, triton.next_power_of_2(p.K)))
-    BV = min(BWD_INPUTS_TILES["BV"], max(16, triton.next_power_of_2(p.V)))
+    BKI = _block_width(p.K, BWD_INPUTS_TILES["BK"])
+    BV = _block_width(p.V, BWD_INPUTS_TILES["BV"])
     dq, dk, dg, db = (torch.empty_like(x) for x in (q, k, g, b))
     chunk_gdn2_bwd_inputs_kernel[(p.chunks.shape[0], p.H, triton.cdiv(p.K, BKI))](
         q, k, b, f["G"], P, f["R"], do, f["h"], f["ht"], dh, dA, dAqk, dq, dk, dg, db, p.cu, p.chunks, p.scale,

@@ -314,6 +314,12 @@ INTRA_TILES = {"BK": 16, "num_warps": 1, "num_stages": 2}  # the intra kernel's 
 LOW_PRECISION_INTERMEDIATES = True
 
 
+def _block_width(dim, widest=None):
+    """A block width for a head dim: its next power of two, at least 16 (tl.dot's smallest), at most widest."""
+    width = max(16, triton.next_power_of_2(dim))
+    return width if widest is None else min(widest, width)
+
+
 class _Plan(NamedTuple):
     """What the launches of one call share: sizes, the program maps, the dot precision, the storage dtype."""
 
@@ -357,8 +363,8 @@ def _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p: _Pla
     [B, T, H, K] float32, if store_G (else None)."""
     BT, BC = 64, 16
     B, T, H, K, V = p.B, p.T, p.H, p.K, p.V
-    BK = max(16, triton.next_power_of_2(K))
-    BV = min(SCAN_TILES["BV"], max(16, triton.next_power_of_2(V)))
+    BK = _block_width(K)
+    BV = _block_width(V, SCAN_TILES["BV"])
     n_chunks = p.chunks.shape[0]
     A = torch.empty(B, T, H, BT, dtype=torch.float32, device=q.device)
     Aqk = torch.empty_like(A)
@@ -373,7 +379,7 @@ def _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p: _Pla
     G = torch.empty(B, T, H, K, dtype=torch.float32, device=q.device) if store_G else None
     chunk_gdn2_fwd_wy_kernel[(n_chunks, H)](
         q, k, v, g, b, w, A, AE, AZ, KG, QG, GN, G, p.cu, p.chunks, p.scale, H=H, K=K, V=V, BT=BT,
-        BK=min(BK, WY_TILES["BK"]), BV=min(WY_TILES["BV"], max(16, triton.next_power_of_2(V))),
+        BK=min(BK, WY_TILES["BK"]), BV=_block_width(V, WY_TILES["BV"]),
         STORE_G=store_G, DOT=p.DOT, num_warps=WY_TILES["num_warps"], num_stages=2)
     h0 = initial_state.to(torch.float32).contiguous() if initial_state is not None else None
     ht = q.new_empty(p.N, H, K, V, dtype=torch.float32) if output_final_state else None
@@ -388,8 +394,8 @@ def _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p: _Pla
 def _forward_output(v, f, p: _Plan):
     """The output launch: O = Q_g h + Aqk R from the dict f of _forward_states; o [B, T, H, V] in v's dtype."""
     o = torch.empty_like(v)
-    BK = max(16, triton.next_power_of_2(p.K))
-    BVO = min(OUTPUT_TILES["BV"], max(16, triton.next_power_of_2(p.V)))
+    BK = _block_width(p.K)
+    BVO = _block_width(p.V, OUTPUT_TILES["BV"])
     chunk_gdn2_fwd_output_kernel[(p.chunks.shape[0], p.H, triton.cdiv(p.V, BVO))](
         f["QG"], f["h"], f["Aqk"], f["R"], o, p.cu, p.chunks, H=p.H, K=p.K, V=p.V, BT=64, BK=BK, BV=BVO,
         DOT=p.DOT, num_warps=OUTPUT_TILES["num_warps"], num_stages=2)
