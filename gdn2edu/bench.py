@@ -5,6 +5,7 @@
 
 import argparse
 import datetime
+import functools
 import importlib.metadata
 import json
 import os
@@ -159,20 +160,25 @@ def _fla_ops():
     return {"chunk": chunk_gdn2, "decode": fused_recurrent_gdn2}
 
 
-IMPLEMENTATIONS = ("gdn2edu", "fla", "torch", "torch_compile")
+# "_safe": the same kernels with safe_gate=True (the midpoint anchor unchecked; FLA's M=16 intra path)
+IMPLEMENTATIONS = ("gdn2edu", "fla", "gdn2edu_safe", "fla_safe", "torch", "torch_compile")
 
 
 def chunk_implementation(name, device):
     """The chunked forward called ``name`` (one of IMPLEMENTATIONS) as a function (q, k, v, g, b, w) -> (o, state),
     or a string saying why it cannot run here."""
     gpu = torch.device(device).type == "cuda"
-    if name == "gdn2edu":
-        return gdn2edu.chunk_gdn2 if gpu else "needs a GPU (Triton kernels)"
-    if name == "fla":
+    if name in ("gdn2edu", "gdn2edu_safe"):
+        if not gpu:
+            return "needs a GPU (Triton kernels)"
+        return gdn2edu.chunk_gdn2 if name == "gdn2edu" else functools.partial(gdn2edu.chunk_gdn2, safe_gate=True)
+    if name in ("fla", "fla_safe"):
         fla = _fla_ops()
         if isinstance(fla, str):
             return fla
-        return fla["chunk"] if gpu else "needs a GPU (Triton kernels)"
+        if not gpu:
+            return "needs a GPU (Triton kernels)"
+        return fla["chunk"] if name == "fla" else functools.partial(fla["chunk"], safe_gate=True)
     if name == "torch":
         return gdn2edu.chunk_gdn2_torch
     if name == "torch_compile":
@@ -377,7 +383,8 @@ def plan_benchmark(args, result):
     K = args.K or (128 if gpu else 64)
     V = args.V or K
     shapes = parse_shapes(args.shapes) if args.shapes is not None else (STANDARD_SHAPES if gpu else CPU_SHAPES)
-    impls = _choices(args.impls or ",".join(IMPLEMENTATIONS[:None if gpu else 3]), IMPLEMENTATIONS, "--impls")
+    impls = _choices(args.impls or ",".join(x for x in IMPLEMENTATIONS if gpu or x != "torch_compile"),
+                     IMPLEMENTATIONS, "--impls")
     parts = _choices(args.parts, PARTS, "--parts")
     batches = _int_list(args.decode_batches or ("1,64" if gpu else "1"))
     decoders = _choices(args.decode_impls, ("gdn2edu", "fla", "torch"), "--decode-impls")

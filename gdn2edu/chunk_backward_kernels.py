@@ -5,8 +5,9 @@
 
 import torch
 
-from gdn2edu.chunk_kernels import (INTRA_TILES, WY_TILES, _Plan, _block_width, _chunk_of_program, _forward_output,
-                                   _forward_states, _load, _load_tile, _plan, _tile)
+from gdn2edu.chunk_kernels import (INTRA_TILES, MID_LIMIT, WY_TILES, _Plan, _block_width, _chunk_of_program,
+                                   _forward_output, _forward_states, _load, _load_tile, _on_device, _plan, _tile,
+                                   chunk_gdn2_fwd)
 
 import triton                        # after gdn2edu.chunk_kernels, which selects the interpreter without a GPU
 import triton.language as tl
@@ -21,10 +22,10 @@ def chunk_gdn2_bwd_scan_kernel(Aqk, QG, AE, KG, GN, do, dR, dh, dht, dh0, cu_seq
     S_bar <- Q_g^T O_bar + Diag(gamma_n) S_bar - (AE)^T R_bar. Writes R_bar [T, H, V] and the adjoint of each
     chunk's leaving state dh [chunks, H, K, V] in the intermediates' type and, if asked, dh0 [N, H, K, V]
     float32. The products take their operands in the intermediates' type and accumulate in float32."""
-    i_v, i_nh = tl.program_id(0), tl.program_id(1)
+    i_v, i_nh = tl.program_id(0), tl.program_id(1).to(tl.int64)      # 64-bit: i_nh * K * V may pass 2^31
     i_n, i_h = i_nh // H, i_nh % H
-    bos, eos = tl.load(cu_seqlens + i_n), tl.load(cu_seqlens + i_n + 1)
-    c0 = tl.load(chunk_offsets + i_n)
+    bos, eos = tl.load(cu_seqlens + i_n).to(tl.int64), tl.load(cu_seqlens + i_n + 1)
+    c0 = tl.load(chunk_offsets + i_n).to(tl.int64)
     T = eos - bos
     o_k, o_t = tl.arange(0, BK), tl.arange(0, BT)
     b_S = tl.zeros([BK, BV], dtype=tl.float32)
@@ -165,21 +166,33 @@ def _G_row(Gc, row, col0, T, K: tl.constexpr, stride, BCOL: tl.constexpr):
 
 
 @triton.jit
+def _rows_at(base, o_r, col0, T, K: tl.constexpr, stride, BCOL: tl.constexpr):
+    """The rows o_r [BR] (any rows of the sequence) of a row-major [T, K] view, BCOL columns from col0, as a
+    float32 [BR, BCOL] tile; zero past the sequence's end."""
+    o_c = col0 + tl.arange(0, BCOL)
+    return tl.load(base + o_r[:, None] * stride + o_c[None, :], mask=(o_r < T)[:, None] & (o_c < K)[None, :],
+                   other=0.0).to(tl.float32)
+
+
+@triton.jit
 def chunk_gdn2_bwd_inputs_kernel(q, k, b, Gc, P, R, do, h, ht, dh, dA, dAqk, dq, dk, dg, db,
                                  cu_seqlens, chunk_indices, scale, H: tl.constexpr, K: tl.constexpr,
                                  V: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
-                                 BV: tl.constexpr, DOT: tl.constexpr):
+                                 BV: tl.constexpr, MID_LIMIT: tl.constexpr, SAFE_GATE: tl.constexpr,
+                                 DOT: tl.constexpr):
     """One (chunk, head, key block), all BT rows at once: the direct terms -P S^T, O_bar S^T, R S_bar'^T and
     the endpoint by value blocks, then both sides of the pairwise pullbacks one sub-chunk at a time (its
-    columns of D and H_q against its keys, its rows against every key; anchor: its midpoint), then the chain
-    rule. Writes dq, dk, db and dg (the reverse cumulative sum over the chunk plus the endpoint), each in the
-    type of its input."""
+    columns of D and H_q against its keys, its rows against every key), then the chain rule. A sub-chunk whose
+    midpoint factors fit MID_LIMIT (every one, with SAFE_GATE) is anchored at its midpoint; any other at its
+    last row (for the rows after it) and its first row (for the keys before it), its own 16 x 16 block then
+    taken token by token. Writes dq, dk, db and dg (the reverse cumulative sum over the chunk plus the
+    endpoint), each in the type of its input."""
     i_t, i_h, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)
-    i_n = tl.load(chunk_indices + 2 * i_t)
+    i_n = tl.load(chunk_indices + 2 * i_t).to(tl.int64)
     o_t, o_c = tl.arange(0, BT), tl.arange(0, BC)
     p_qk, p_vw, p_A = (bos * H + i_h) * K, (bos * H + i_h) * V, (bos * H + i_h) * BT
-    p_h, c0 = (i_t * H + i_h) * K * V, i_k * BK
+    p_h, c0 = (i_t.to(tl.int64) * H + i_h) * K * V, i_k * BK
     CT: tl.constexpr = P.dtype.element_ty                 # the products' operand type
     # S' (of the endpoint) is the next chunk's h, or the final state after a sequence's last chunk: the
     # other of the two loads below is masked off (zero rows)
@@ -203,24 +216,63 @@ def chunk_gdn2_bwd_inputs_kernel(q, k, b, Gc, P, R, do, h, ht, dh, dA, dAqk, dq,
     b_bk = -b_Pd * b_gam                                   # adjoint of b * k, direct part
     b_qb = b_Qb * b_gam                                    # adjoint of scale * q, direct part
     b_rk = b_Kb * tl.exp2(_G_row(Gc + p_qk, t0 + BT - 1, c0, T, K, H * K, BK)[None, :] - b_G)  # * gamma_n / gamma
+    # per row, whether its sub-chunk takes the midpoint anchor: the largest factor 2^e it forms, times the
+    # largest operand it scales, must stay below 2^MID_LIMIT (the operand type's range, with room to spare)
+    o_sub = (o_t // BC) * BC                               # each row's sub-chunk: its first row in the chunk
+    if SAFE_GATE:
+        b_mid = o_t >= 0
+    else:
+        b_Gm = _G_tile(Gc + p_qk, t0 + o_sub + BC // 2, c0, T, K, H * K, BK)
+        b_e = tl.max(tl.maximum(_G_tile(Gc + p_qk, t0 + o_sub, c0, T, K, H * K, BK) - b_Gm,
+                                b_Gm - _G_tile(Gc + p_qk, t0 + o_sub + BC - 1, c0, T, K, H * K, BK)), axis=1)
+        b_k = _load(k + p_qk, t0, c0, T, K, H * K, BT, BK)
+        b_amax = tl.max(tl.max(tl.maximum(tl.abs(b_k) * tl.maximum(tl.abs(_load(b + p_qk, t0, c0, T, K, H * K, BT, BK)), 1.0),
+                                          scale * tl.abs(_load(q + p_qk, t0, c0, T, K, H * K, BT, BK))), axis=1), axis=0)
+        b_mid = b_e + tl.log2(tl.maximum(b_amax, 1.0)) <= MID_LIMIT
     for c in range(0, BT // BC):
         r0 = t0 + c * BC
+        mid = tl.max(tl.where(o_sub == c * BC, b_mid.to(tl.int32), 0), axis=0) > 0
+        # the anchors: the midpoint, which also serves the sub-chunk's own block; or, with every factor <= 1,
+        # G at its last row for the rows after it and G at its first row for the keys before it
+        b_aL = _G_row(Gc + p_qk, tl.where(mid, r0 + BC // 2, r0 + BC - 1), c0, T, K, H * K, BK)
+        b_aR = _G_row(Gc + p_qk, tl.where(mid, r0 + BC // 2, r0), c0, T, K, H * K, BK)
+        lo = tl.where(mid, c * BC, c * BC + BC)            # rows of b * k's and q's adjoints from here
+        hi = tl.where(mid, c * BC + BC, c * BC)            # keys of k's adjoint below here
         b_Gs = _G_tile(Gc + p_qk, r0 + o_c, c0, T, K, H * K, BK)                # G on the sub-chunk's rows
-        b_m = _G_row(Gc + p_qk, r0 + BC // 2, c0, T, K, H * K, BK)             # the anchor: its midpoint
         b_ks = _load(k + p_qk, r0, c0, T, K, H * K, BC, BK)                      # the sub-chunk's keys
-        # its columns of D and H_q against its keys: rows i >= r0 of b * k's and q's adjoints
-        b_Y = (b_ks * tl.exp2(b_m[None, :] - b_Gs)).to(CT)
-        b_rho = tl.exp2(tl.where(o_t[:, None] >= c * BC, b_G - b_m[None, :], float("-inf")))
+        # its columns of D and H_q against its keys
+        b_Y = (b_ks * tl.exp2(b_aL[None, :] - b_Gs)).to(CT)
+        b_rho = tl.exp2(tl.where(o_t[:, None] >= lo, b_G - b_aL[None, :], float("-inf")))
         b_bk += b_rho * tl.dot(_load_tile(dA + p_A, t0, c * BC, T, BT, H * BT, BT, BC), b_Y, input_precision=DOT)
         b_qb += b_rho * tl.dot(_load_tile(dAqk + p_A, t0, c * BC, T, BT, H * BT, BT, BC), b_Y, input_precision=DOT)
-        # its rows of D and H_q against every key: keys j < r0 + BC of k's adjoint
-        b_up = tl.exp2(b_Gs - b_m[None, :])
+        # its rows of D and H_q against the keys before hi
+        b_up = tl.exp2(b_Gs - b_aR[None, :])
         b_E = (_load(b + p_qk, r0, c0, T, K, H * K, BC, BK) * b_ks * b_up).to(CT)
         b_Q = (_load(q + p_qk, r0, c0, T, K, H * K, BC, BK) * (scale * b_up)).to(CT)
-        b_sig = tl.exp2(tl.where(o_t[:, None] < (c + 1) * BC, b_m[None, :] - b_G, float("-inf")))
+        b_sig = tl.exp2(tl.where(o_t[:, None] < hi, b_aR[None, :] - b_G, float("-inf")))
         b_rk += b_sig * (tl.dot(tl.trans(_load_tile(dA + p_A, r0, 0, T, BT, H * BT, BC, BT)), b_E, input_precision=DOT)
                          + tl.dot(tl.trans(_load_tile(dAqk + p_A, r0, 0, T, BT, H * BT, BC, BT)), b_Q,
                                   input_precision=DOT))
+    if tl.min(b_mid.to(tl.int32), axis=0) == 0:
+        # the diagonal blocks of the other sub-chunks, token by token: step t pairs each row with token t of
+        # its own sub-chunk, so every factor is 2^(G_i - G_j) with i >= j, at most 1
+        m_own = b_mid == 0
+        for t in range(BC):
+            o_j = o_sub + t                                                      # token t of each row's sub-chunk
+            b_Gj = _G_tile(Gc + p_qk, t0 + o_j, c0, T, K, H * K, BK)
+            b_kj = _rows_at(k + p_qk, t0 + o_j, c0, T, K, H * K, BK)
+            # b * k's and q's adjoints of row i against key o_j <= i
+            b_f = tl.exp2(tl.where((m_own & (o_j <= o_t))[:, None], b_G - b_Gj, float("-inf"))) * b_kj
+            d_row = tl.load(dA + p_A + (t0 + o_t) * (H * BT) + o_j, mask=t0 + o_t < T, other=0.0).to(tl.float32)
+            h_row = tl.load(dAqk + p_A + (t0 + o_t) * (H * BT) + o_j, mask=t0 + o_t < T, other=0.0).to(tl.float32)
+            b_bk += d_row[:, None] * b_f
+            b_qb += h_row[:, None] * b_f
+            # k's adjoint of key j against row o_j >= j
+            b_f = tl.exp2(tl.where((m_own & (o_j >= o_t))[:, None], b_Gj - b_G, float("-inf")))
+            d_col = tl.load(dA + p_A + (t0 + o_j) * (H * BT) + o_t, mask=t0 + o_j < T, other=0.0).to(tl.float32)
+            h_col = tl.load(dAqk + p_A + (t0 + o_j) * (H * BT) + o_t, mask=t0 + o_j < T, other=0.0).to(tl.float32)
+            b_rk += b_f * (d_col[:, None] * _rows_at(b + p_qk, t0 + o_j, c0, T, K, H * K, BK) * b_kj
+                           + h_col[:, None] * scale * _rows_at(q + p_qk, t0 + o_j, c0, T, K, H * K, BK))
     b_k = _load(k + p_qk, t0, c0, T, K, H * K, BT, BK)
     b_b = _load(b + p_qk, t0, c0, T, K, H * K, BT, BK)
     b_Gbar = b_b * b_k * b_bk + _load(q + p_qk, t0, c0, T, K, H * K, BT, BK) * scale * b_qb - b_k * b_rk
@@ -235,6 +287,13 @@ def chunk_gdn2_bwd_inputs_kernel(q, k, b, Gc, P, R, do, h, ht, dh, dA, dAqk, dq,
     tl.store(p_x, b_dg.to(p_x.dtype.element_ty), mask=m_x)
 
 
+def _operand_limit(store):
+    """MID_LIMIT for the backward's 16-bit operands: a float16 operand overflows at 2^16, so a midpoint factor
+    2^e times the largest |k|, |b k| or |scale q| must stay within 2^14 there; other types take the forward's
+    MID_LIMIT."""
+    return 14.0 if store == torch.float16 else MID_LIMIT
+
+
 def _input_grads(q, k, g, b, f, do, P, dh, dA, dAqk, p: _Plan):
     """Launch the inputs kernel on f (with G and ht). Returns (dq, dk, dg, db), each [B, T, H, K] in the type
     of its input."""
@@ -243,8 +302,8 @@ def _input_grads(q, k, g, b, f, do, P, dh, dA, dAqk, p: _Plan):
     dq, dk, dg, db = (torch.empty_like(x) for x in (q, k, g, b))
     chunk_gdn2_bwd_inputs_kernel[(p.chunks.shape[0], p.H, triton.cdiv(p.K, BKI))](
         q, k, b, f["G"], P, f["R"], do, f["h"], f["ht"], dh, dA, dAqk, dq, dk, dg, db, p.cu, p.chunks, p.scale,
-        H=p.H, K=p.K, V=p.V, BT=64, BC=16, BK=BKI, BV=BV, DOT=p.DOT,
-        num_warps=BWD_INPUTS_TILES["num_warps"], num_stages=BWD_INPUTS_TILES["num_stages"])
+        H=p.H, K=p.K, V=p.V, BT=64, BC=16, BK=BKI, BV=BV, MID_LIMIT=_operand_limit(p.store),
+        SAFE_GATE=p.safe_gate, DOT=p.DOT, num_warps=BWD_INPUTS_TILES["num_warps"], num_stages=BWD_INPUTS_TILES["num_stages"])
     return dq, dk, dg, db
 
 
@@ -260,22 +319,24 @@ def _backward(q, k, v, g, b, w, initial_state, do, dht, p: _Plan, f=None):
     return dq, dk, dv, dg, db, dw, dh0
 
 
-def chunk_gdn2_backward_triton(q, k, v, g, b, w, do, scale=None, initial_state=None, dht=None, cu_seqlens=None):
+def chunk_gdn2_backward_triton(q, k, v, g, b, w, do, scale=None, initial_state=None, dht=None, cu_seqlens=None,
+                               safe_gate=False, lower_bound=None):
     """Gradients of ``chunk_gdn2`` by the Triton ReWY backward, without autograd (Chapter 6's algorithm).
 
     q, k, g, b: [B, T, H, K]; v, w, do: [B, T, H, V] (do: the outputs' adjoint); initial_state, dht:
-    [B or N, H, K, V] or None (zeros): the entering state and the final state's adjoint; cu_seqlens as in
-    chunk_gdn2. Returns (dq, dk, dv, dg, db, dw) in their inputs' types and dh0 float32 (None when
-    initial_state is None).
+    [B or N, H, K, V] or None (zeros): the entering state and the final state's adjoint; cu_seqlens,
+    safe_gate and lower_bound as in chunk_gdn2. Returns (dq, dk, dv, dg, db, dw) in their inputs' types and
+    dh0 float32 (None when initial_state is None).
     """
-    p = _plan(q, k, v, g, b, w, scale, initial_state, cu_seqlens)
+    p = _plan(q, k, v, g, b, w, scale, initial_state, cu_seqlens, safe_gate, lower_bound)
     if not isinstance(do, torch.Tensor) or do.shape != v.shape:
         raise ValueError(f"do must have v's shape {tuple(v.shape)}, got {getattr(do, 'shape', do)}")
     state_shape = (p.N, p.H, p.K, p.V)
     if dht is not None and (not isinstance(dht, torch.Tensor) or dht.shape != state_shape):
         raise ValueError(f"dht must be None or of shape {state_shape}, got {getattr(dht, 'shape', dht)}")
     q, k, v, g, b, w, do = (x.contiguous() for x in (q, k, v, g, b, w, do))
-    return _backward(q, k, v, g, b, w, initial_state, do, None if dht is None else dht.contiguous(), p)
+    with _on_device(q):
+        return _backward(q, k, v, g, b, w, initial_state, do, None if dht is None else dht.contiguous(), p)
 
 
 SAVED = ("A", "Aqk", "AE", "KG", "QG", "GN", "h", "R", "ht", "G")     # what the backward reads of the forward
@@ -284,28 +345,57 @@ SAVED = ("A", "Aqk", "AE", "KG", "QG", "GN", "h", "R", "ht", "G")     # what the
 class ChunkGDN2TritonFunction(torch.autograd.Function):
     """The Triton forward of Chapter 9 with the Triton backward of this chapter.
 
-    apply(q, k, v, g, b, w, initial_state, plan, save_intermediates) -> (o, final state float32), plan from
+    apply(q, k, v, g, b, w, initial_state, plan, disable_recompute) -> (o, final state float32), plan from
     chunk_kernels._plan. By default the forward saves only its inputs and the backward recomputes the
-    intermediates; save_intermediates=True keeps them from the forward instead (the same kernels, the same
+    intermediates; disable_recompute=True keeps them from the forward instead (the same kernels, the same
     types: the same gradients).
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, g, b, w, initial_state, plan, save_intermediates):
+    def forward(ctx, q, k, v, g, b, w, initial_state, plan, disable_recompute):
         q, k, v, g, b, w = (x.contiguous() for x in (q, k, v, g, b, w))
-        f = _forward_states(q, k, v, g, b, w, initial_state, True, plan, store_G=save_intermediates)
-        kept = tuple(f[name] for name in SAVED) if save_intermediates else ()
+        with _on_device(q):
+            f = _forward_states(q, k, v, g, b, w, initial_state, True, plan, store_G=disable_recompute)
+            o = _forward_output(v, f, plan)
+        kept = tuple(f[name] for name in SAVED) if disable_recompute else ()
         ctx.save_for_backward(q, k, v, g, b, w, initial_state, *kept)
         ctx.plan = plan
         ctx.set_materialize_grads(False)
-        return _forward_output(v, f, plan), f["ht"]
+        return o, f["ht"]
 
     @staticmethod
     def backward(ctx, do, dht):
         q, k, v, g, b, w, initial_state, *kept = ctx.saved_tensors
         do = torch.zeros_like(v) if do is None else do.contiguous()
         f = dict(zip(SAVED, kept)) if kept else None
-        grads = _backward(q, k, v, g, b, w, initial_state, do, None if dht is None else dht.contiguous(),
-                          ctx.plan, f)
+        with _on_device(q):
+            grads = _backward(q, k, v, g, b, w, initial_state, do, None if dht is None else dht.contiguous(),
+                              ctx.plan, f)
         inputs = (q, k, v, g, b, w, initial_state)
         return (*(None if d is None else d.to(x.dtype) for d, x in zip(grads, inputs)), None, None)
+
+
+def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
+               safe_gate=False, lower_bound=None, disable_recompute=False):
+    """Gated DeltaNet-2 by chunks of 64 tokens in Triton, differentiable: FLA's ``chunk_gdn2`` semantics.
+
+    q, k: [B, T, H, K]; v: [B, T, H, V]; g: [B, T, H, K] natural-log decay (any g <= 0); b: [B, T, H, K] erase
+    gate; w: [B, T, H, V] write gate; float32, bfloat16 or float16. scale: None for K ** -0.5. Without
+    cu_seqlens, initial_state is [B, H, K, V] or None; with cu_seqlens (int tensor [N + 1], B = 1) the N packed
+    sequences run independently and the states are [N, H, K, V]. safe_gate=True takes the midpoint anchor on
+    every sub-chunk unchecked and requires every g in [-5, 0] (lower_bound, if given, must lie in [-5, 0));
+    the default checks each sub-chunk and is finite for every g <= 0. disable_recompute=True keeps the
+    forward's intermediates for the backward instead of recomputing them (more memory, the same gradients).
+    Returns (o [B, T, H, V] in v's dtype, final state float32 [B or N, H, K, V] or None). When an input
+    requires grad, the forward of Chapter 9 and the backward of this chapter run as one autograd Function;
+    otherwise this is ``chunk_gdn2_fwd``.
+    """
+    if not isinstance(disable_recompute, bool):
+        raise ValueError(f"disable_recompute must be a bool, got {disable_recompute!r}")
+    tensors = (q, k, v, g, b, w) + ((initial_state,) if initial_state is not None else ())
+    if not (torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in tensors)):
+        return chunk_gdn2_fwd(q, k, v, g, b, w, scale, initial_state, output_final_state, cu_seqlens,
+                              safe_gate, lower_bound)
+    p = _plan(q, k, v, g, b, w, scale, initial_state, cu_seqlens, safe_gate, lower_bound)
+    o, ht = ChunkGDN2TritonFunction.apply(q, k, v, g, b, w, initial_state, p, disable_recompute)
+    return o, (ht if output_final_state else None)

@@ -3,6 +3,7 @@
 
 """The chunked GDN2 forward in Triton: intra-chunk and WY kernels parallel over chunks, a state scan, the outputs."""
 
+import contextlib
 import functools
 import os
 from typing import NamedTuple
@@ -29,10 +30,11 @@ def _tile(base, row0, col0, n_rows, n_cols, stride, BR: tl.constexpr, BCOL: tl.c
 @triton.jit
 def _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT: tl.constexpr):
     """For the program of global chunk i_t: its sequence's first row bos, the sequence's length T, and the
-    chunk's first row t0 within the sequence (chunk_indices maps i_t to (sequence, chunk))."""
+    chunk's first row t0 within the sequence (chunk_indices maps i_t to (sequence, chunk)). bos and t0 are
+    64-bit: times H * K they pass 2^31 in long batches."""
     i_n, i_c = tl.load(chunk_indices + 2 * i_t), tl.load(chunk_indices + 2 * i_t + 1)
     bos, eos = tl.load(cu_seqlens + i_n), tl.load(cu_seqlens + i_n + 1)
-    return bos, eos - bos, i_c * BT
+    return bos.to(tl.int64), eos - bos, i_c.to(tl.int64) * BT
 
 
 @triton.jit
@@ -43,26 +45,80 @@ def _load(base, row0, col0, n_rows, n_cols, stride, BR: tl.constexpr, BCOL: tl.c
 
 
 @triton.jit
+def _row(b_x, i, BR: tl.constexpr):
+    """Row i of a [BR, BCOL] register tile as a [BCOL] vector (registers cannot be indexed: mask, then sum)."""
+    return tl.sum(tl.where(tl.arange(0, BR)[:, None] == i, b_x, 0.0), axis=0)
+
+
+@triton.jit
 def _sub_chunk(q, k, b, g, bos, T, row0, i_h, i_k, b_prefix, H: tl.constexpr, K: tl.constexpr,
                BC: tl.constexpr, BK: tl.constexpr):
-    """Rows row0 .. row0+BC of one chunk, key block i_k: anchored query and erase rows, keys, base-2 G."""
-    o_c = tl.arange(0, BC)
+    """Rows row0 .. row0+BC of one chunk, key block i_k, in float32 [BC, BK]: queries, erase rows b * k, keys
+    and base-2 G continuing the previous sub-chunk's (b_prefix [BK]); also G on the last row, the next prefix."""
     b_q = _load(q + (bos * H + i_h) * K, row0, i_k * BK, T, K, H * K, BC, BK)
     b_k = _load(k + (bos * H + i_h) * K, row0, i_k * BK, T, K, H * K, BC, BK)
     b_b = _load(b + (bos * H + i_h) * K, row0, i_k * BK, T, K, H * K, BC, BK)
     b_g = _load(g + (bos * H + i_h) * K, row0, i_k * BK, T, K, H * K, BC, BK)
     b_g = tl.cumsum(b_g * 1.4426950408889634, axis=0) + b_prefix[None, :]   # G / ln 2; rows past T add 0
-    b_gm = tl.sum(tl.where(o_c[:, None] == BC // 2, b_g, 0.0), axis=0)       # the anchor: G at the midpoint
-    b_last = tl.sum(tl.where(o_c[:, None] == BC - 1, b_g, 0.0), axis=0)      # the next sub-chunk's prefix
-    b_r = tl.exp2(b_g - b_gm[None, :])                                        # <= 2^(BC/2 * max|g| / ln 2)
-    return b_q * b_r, b_b * b_k * b_r, b_k, b_g, b_gm, b_last
+    return b_q, b_b * b_k, b_k, b_g, _row(b_g, BC - 1, BC)
 
 
 @triton.jit
-def _scores(b_qr, b_er, b_gm, b_k, b_g, DOT: tl.constexpr):
-    """(E_a Y_c^T, Q_a Y_c^T) for row sub-chunk a (anchored rows) against the keys of sub-chunk c <= a."""
-    b_kt = tl.trans(b_k * tl.exp2(b_gm[None, :] - b_g))
+def _anchored_rows(b_q, b_e, b_g, b_m):
+    """Query and erase rows times their row factors 2^(G - m), for the anchor m [BK]."""
+    b_r = tl.exp2(b_g - b_m[None, :])
+    return b_q * b_r, b_e * b_r
+
+
+@triton.jit
+def _scores(b_qr, b_er, b_m, b_k, b_gk, DOT: tl.constexpr):
+    """(E_a Y_c^T, Q_a Y_c^T): anchored rows of sub-chunk a against the keys b_k (base-2 G b_gk) of a
+    sub-chunk c <= a, whose column factors 2^(m - G_key) are formed here for the same anchor m."""
+    b_kt = tl.trans(b_k * tl.exp2(b_m[None, :] - b_gk))
     return tl.dot(b_er, b_kt, input_precision=DOT), tl.dot(b_qr, b_kt, input_precision=DOT)
+
+
+@triton.jit
+def _midpoint_exponent(b_g, BC: tl.constexpr):
+    """The largest base-2 exponent that the midpoint anchor m puts on a sub-chunk's factors: the maximum over
+    channels of G_first - m (a row factor) and m - G_last (a column factor)."""
+    b_m = _row(b_g, BC // 2, BC)
+    return tl.max(tl.maximum(_row(b_g, 0, BC) - b_m, b_m - _row(b_g, BC - 1, BC)), axis=0)
+
+
+@triton.jit
+def _pairwise_scores(b_q, b_e, b_k, b_g, BC: tl.constexpr):
+    """A diagonal block token by token: column j of (E Y^T, Q Y^T) is sum_c (row)_ic k_jc 2^(G_ic - G_jc) for
+    rows i >= j. Every factor is at most 1, whatever the gates; entries above the diagonal are zero."""
+    o_c = tl.arange(0, BC)
+    b_l = tl.zeros([BC, BC], dtype=tl.float32)
+    b_s = tl.zeros([BC, BC], dtype=tl.float32)
+    for j in range(BC):
+        b_f = tl.exp2(tl.where(o_c[:, None] >= j, b_g - _row(b_g, j, BC)[None, :], float("-inf")))
+        b_kf = _row(b_k, j, BC)[None, :] * b_f                                  # key j seen from each row
+        b_l = tl.where(o_c[None, :] == j, tl.sum(b_e * b_kf, axis=1)[:, None], b_l)
+        b_s = tl.where(o_c[None, :] == j, tl.sum(b_q * b_kf, axis=1)[:, None], b_s)
+    return b_l, b_s
+
+
+@triton.jit
+def _diagonal_scores(b_q, b_e, b_k, b_g, MID_LIMIT: tl.constexpr, SAFE_GATE: tl.constexpr,
+                     BC: tl.constexpr, DOT: tl.constexpr):
+    """A diagonal block (E_a Y_a^T, Q_a Y_a^T), [BC, BC] each: by one product with the midpoint anchor when its
+    factors stay within 2^MID_LIMIT (or unchecked, with SAFE_GATE), else token by token."""
+    b_m = _row(b_g, BC // 2, BC)
+    if SAFE_GATE:
+        b_qr, b_er = _anchored_rows(b_q, b_e, b_g, b_m)
+        b_l, b_s = _scores(b_qr, b_er, b_m, b_k, b_g, DOT)
+    else:
+        b_l = tl.zeros([BC, BC], dtype=tl.float32)
+        b_s = tl.zeros([BC, BC], dtype=tl.float32)
+        if _midpoint_exponent(b_g, BC) <= MID_LIMIT:
+            b_qr, b_er = _anchored_rows(b_q, b_e, b_g, b_m)
+            b_l, b_s = _scores(b_qr, b_er, b_m, b_k, b_g, DOT)
+        else:
+            b_l, b_s = _pairwise_scores(b_q, b_e, b_k, b_g, BC)
+    return b_l, b_s
 
 
 @triton.jit
@@ -97,7 +153,8 @@ def _store_block(A, bos, T, i_h, row0, col0, b_x, H: tl.constexpr, BT: tl.conste
 @triton.jit
 def chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, cu_seqlens, chunk_indices, scale,
                                 H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
-                                BK: tl.constexpr, DOT: tl.constexpr):
+                                BK: tl.constexpr, MID_LIMIT: tl.constexpr, SAFE_GATE: tl.constexpr,
+                                DOT: tl.constexpr):
     """One (chunk, head): A = (I + L)^{-1} and Aqk = scale * L_<=(Q_g Y^T), written as [T, H, BT] rows."""
     i_t, i_h = tl.program_id(0), tl.program_id(1)
     bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)
@@ -106,33 +163,38 @@ def chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, cu_seqlens, chunk_indices, s
     b_S00, b_S11, b_S22, b_S33, b_S10, b_S20, b_S21, b_S30, b_S31, b_S32 = z, z, z, z, z, z, z, z, z, z
     for i_k in range(tl.cdiv(K, BK)):          # the scores are sums over the key axis: accumulate by blocks
         b_p = tl.zeros([BK], dtype=tl.float32)
-        b_qr0, b_er0, b_k0, b_g0, b_gm0, b_p = _sub_chunk(q, k, b, g, bos, T, t0, i_h, i_k, b_p, H, K, BC, BK)
-        b_qr1, b_er1, b_k1, b_g1, b_gm1, b_p = _sub_chunk(q, k, b, g, bos, T, t0 + BC, i_h, i_k, b_p,
-                                                          H, K, BC, BK)
-        b_qr2, b_er2, b_k2, b_g2, b_gm2, b_p = _sub_chunk(q, k, b, g, bos, T, t0 + 2 * BC, i_h, i_k, b_p,
-                                                          H, K, BC, BK)
-        b_qr3, b_er3, b_k3, b_g3, b_gm3, b_p = _sub_chunk(q, k, b, g, bos, T, t0 + 3 * BC, i_h, i_k, b_p,
-                                                          H, K, BC, BK)
-        b_l, b_s = _scores(b_qr0, b_er0, b_gm0, b_k0, b_g0, DOT)
+        b_q0, b_e0, b_k0, b_g0, b_p = _sub_chunk(q, k, b, g, bos, T, t0, i_h, i_k, b_p, H, K, BC, BK)
+        b_q1, b_e1, b_k1, b_g1, b_p = _sub_chunk(q, k, b, g, bos, T, t0 + BC, i_h, i_k, b_p, H, K, BC, BK)
+        b_q2, b_e2, b_k2, b_g2, b_p = _sub_chunk(q, k, b, g, bos, T, t0 + 2 * BC, i_h, i_k, b_p, H, K, BC, BK)
+        b_q3, b_e3, b_k3, b_g3, b_p = _sub_chunk(q, k, b, g, bos, T, t0 + 3 * BC, i_h, i_k, b_p, H, K, BC, BK)
+        # the diagonal blocks: midpoint anchor or token by token
+        b_l, b_s = _diagonal_scores(b_q0, b_e0, b_k0, b_g0, MID_LIMIT, SAFE_GATE, BC, DOT)
         b_L00, b_S00 = b_L00 + b_l, b_S00 + b_s
-        b_l, b_s = _scores(b_qr1, b_er1, b_gm1, b_k0, b_g0, DOT)
-        b_L10, b_S10 = b_L10 + b_l, b_S10 + b_s
-        b_l, b_s = _scores(b_qr1, b_er1, b_gm1, b_k1, b_g1, DOT)
+        b_l, b_s = _diagonal_scores(b_q1, b_e1, b_k1, b_g1, MID_LIMIT, SAFE_GATE, BC, DOT)
         b_L11, b_S11 = b_L11 + b_l, b_S11 + b_s
-        b_l, b_s = _scores(b_qr2, b_er2, b_gm2, b_k0, b_g0, DOT)
-        b_L20, b_S20 = b_L20 + b_l, b_S20 + b_s
-        b_l, b_s = _scores(b_qr2, b_er2, b_gm2, b_k1, b_g1, DOT)
-        b_L21, b_S21 = b_L21 + b_l, b_S21 + b_s
-        b_l, b_s = _scores(b_qr2, b_er2, b_gm2, b_k2, b_g2, DOT)
+        b_l, b_s = _diagonal_scores(b_q2, b_e2, b_k2, b_g2, MID_LIMIT, SAFE_GATE, BC, DOT)
         b_L22, b_S22 = b_L22 + b_l, b_S22 + b_s
-        b_l, b_s = _scores(b_qr3, b_er3, b_gm3, b_k0, b_g0, DOT)
-        b_L30, b_S30 = b_L30 + b_l, b_S30 + b_s
-        b_l, b_s = _scores(b_qr3, b_er3, b_gm3, b_k1, b_g1, DOT)
-        b_L31, b_S31 = b_L31 + b_l, b_S31 + b_s
-        b_l, b_s = _scores(b_qr3, b_er3, b_gm3, b_k2, b_g2, DOT)
-        b_L32, b_S32 = b_L32 + b_l, b_S32 + b_s
-        b_l, b_s = _scores(b_qr3, b_er3, b_gm3, b_k3, b_g3, DOT)
+        b_l, b_s = _diagonal_scores(b_q3, b_e3, b_k3, b_g3, MID_LIMIT, SAFE_GATE, BC, DOT)
         b_L33, b_S33 = b_L33 + b_l, b_S33 + b_s
+        # the blocks below: the rows of sub-chunk a anchored at its first row, so every factor is at most 1
+        b_f = _row(b_g1, 0, BC)
+        b_qr, b_er = _anchored_rows(b_q1, b_e1, b_g1, b_f)
+        b_l, b_s = _scores(b_qr, b_er, b_f, b_k0, b_g0, DOT)
+        b_L10, b_S10 = b_L10 + b_l, b_S10 + b_s
+        b_f = _row(b_g2, 0, BC)
+        b_qr, b_er = _anchored_rows(b_q2, b_e2, b_g2, b_f)
+        b_l, b_s = _scores(b_qr, b_er, b_f, b_k0, b_g0, DOT)
+        b_L20, b_S20 = b_L20 + b_l, b_S20 + b_s
+        b_l, b_s = _scores(b_qr, b_er, b_f, b_k1, b_g1, DOT)
+        b_L21, b_S21 = b_L21 + b_l, b_S21 + b_s
+        b_f = _row(b_g3, 0, BC)
+        b_qr, b_er = _anchored_rows(b_q3, b_e3, b_g3, b_f)
+        b_l, b_s = _scores(b_qr, b_er, b_f, b_k0, b_g0, DOT)
+        b_L30, b_S30 = b_L30 + b_l, b_S30 + b_s
+        b_l, b_s = _scores(b_qr, b_er, b_f, b_k1, b_g1, DOT)
+        b_L31, b_S31 = b_L31 + b_l, b_S31 + b_s
+        b_l, b_s = _scores(b_qr, b_er, b_f, b_k2, b_g2, DOT)
+        b_L32, b_S32 = b_L32 + b_l, b_S32 + b_s
 
     o_c = tl.arange(0, BC)
     m_strict = o_c[:, None] > o_c[None, :]
@@ -223,10 +285,10 @@ def chunk_gdn2_fwd_scan_kernel(AE, AZ, KG, GN, h, R, h0, ht, cu_seqlens, chunk_o
                                STORE_FINAL_STATE: tl.constexpr, DOT: tl.constexpr):
     """One (sequence, head, value block): S <- Diag(gamma_n) S + kg^T (AZ - (AE) S) over the chunks,
     writing each chunk's entering state h [chunks, H, K, V] and corrections R [T, H, V]."""
-    i_v, i_nh = tl.program_id(0), tl.program_id(1)
+    i_v, i_nh = tl.program_id(0), tl.program_id(1).to(tl.int64)      # 64-bit: i_nh * K * V may pass 2^31
     i_n, i_h = i_nh // H, i_nh % H
-    bos, eos = tl.load(cu_seqlens + i_n), tl.load(cu_seqlens + i_n + 1)
-    c0 = tl.load(chunk_offsets + i_n)
+    bos, eos = tl.load(cu_seqlens + i_n).to(tl.int64), tl.load(cu_seqlens + i_n + 1)
+    c0 = tl.load(chunk_offsets + i_n).to(tl.int64)
     T = eos - bos
     o_k = tl.arange(0, BK)
     b_S = tl.zeros([BK, BV], dtype=tl.float32)
@@ -262,7 +324,7 @@ def chunk_gdn2_fwd_output_kernel(QG, h, Aqk, R, o, cu_seqlens, chunk_indices,
     o_t = tl.arange(0, BT)
     p_qk, p_vw = (bos * H + i_h) * K, (bos * H + i_h) * V
     b_QG = _load_tile(QG + p_qk, t0, 0, T, K, H * K, BT, BK)
-    b_h = _load_tile(h + (i_t * H + i_h) * K * V, 0, i_v * BV, K, V, V, BK, BV)
+    b_h = _load_tile(h + (i_t.to(tl.int64) * H + i_h) * K * V, 0, i_v * BV, K, V, V, BK, BV)
     b_R = _load_tile(R + p_vw, t0, i_v * BV, T, V, H * V, BT, BV)
     b_Aqk = tl.where(o_t[:, None] >= o_t[None, :], _load(Aqk + (bos * H + i_h) * BT, t0, 0, T, BT, H * BT, BT, BT), 0.0)
     b_O = tl.dot(b_QG, b_h, input_precision=DOT) + tl.dot(b_Aqk.to(b_R.dtype), b_R, input_precision=DOT)
@@ -335,11 +397,35 @@ class _Plan(NamedTuple):
     chunk_offsets: torch.Tensor
     DOT: str
     store: torch.dtype
+    safe_gate: bool
 
 
-def _plan(q, k, v, g, b, w, scale, initial_state, cu_seqlens):
+# The midpoint anchor is used on a sub-chunk only while the largest factor it forms, 2^e, has e <= MID_LIMIT
+# (base 2). At 60 a factor times a factor stays below 2^120, inside float32's 2^128 even for the entries that
+# are masked out afterwards, and g >= -5 (8 tokens to the midpoint, 5 / ln 2 each: e <= 57.7) always passes.
+MID_LIMIT = 60.0
+_KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _check_gate_options(safe_gate, lower_bound):
+    """FLA's two keywords: safe_gate a bool; lower_bound None or, with safe_gate, in [-5, 0) as FLA enforces."""
+    if not isinstance(safe_gate, bool):
+        raise ValueError(f"safe_gate must be a bool, got {safe_gate!r}")
+    if lower_bound is not None:
+        if isinstance(lower_bound, bool) or not isinstance(lower_bound, (int, float)) or lower_bound != lower_bound:
+            raise ValueError(f"lower_bound must be a number or None, got {lower_bound!r}")
+        if safe_gate and not -5 <= lower_bound < 0:
+            raise ValueError(f"lower_bound must lie in [-5, 0) with safe_gate=True, got {lower_bound!r}")
+
+
+def _plan(q, k, v, g, b, w, scale, initial_state, cu_seqlens, safe_gate=False, lower_bound=None):
     """Check the inputs of chunk_gdn2 and build the launch plan (the backward of Chapter 10 shares it)."""
     dims = validate_inputs(q, k, v, g, b, w, scale, None if cu_seqlens is not None else initial_state)
+    _check_gate_options(safe_gate, lower_bound)
+    for name, x in dict(q=q, k=k, v=v, g=g, b=b, w=w, initial_state=initial_state).items():
+        if x is not None and x.dtype not in _KERNEL_DTYPES:
+            raise ValueError(f"{name} must be float32, bfloat16 or float16 (the kernels accumulate in float32), "
+                             f"got {x.dtype}; recurrent_gdn2 and chunk_gdn2_torch compute in float64")
     B, T, H, K, V = dims.B, dims.T, dims.H, dims.K, dims.V
     if K > 256 or V > 256:
         raise ValueError(f"head dims must be at most 256 (one tile per head), got K = {K}, V = {V}")
@@ -353,7 +439,7 @@ def _plan(q, k, v, g, b, w, scale, initial_state, cu_seqlens):
     DOT = "ieee" if q.dtype == torch.float32 else "tf32"      # fp32 in, fp32 math; else tensor cores
     # the intermediates the later kernels read: in the inputs' 16-bit type when they have one
     store = q.dtype if q.dtype in (torch.bfloat16, torch.float16) and LOW_PRECISION_INTERMEDIATES else torch.float32
-    return _Plan(B, T, H, K, V, N, dims.scale, *_schedule(offsets, 64, q.device), DOT, store)
+    return _Plan(B, T, H, K, V, N, dims.scale, *_schedule(offsets, 64, q.device), DOT, store, safe_gate)
 
 
 def _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p: _Plan, store_G=False):
@@ -370,7 +456,8 @@ def _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p: _Pla
     Aqk = torch.empty_like(A)
     chunk_gdn2_fwd_intra_kernel[(n_chunks, H)](
         q, k, g, b, A, Aqk, p.cu, p.chunks, p.scale, H=H, K=K, BT=BT, BC=BC, BK=min(BK, INTRA_TILES["BK"]),
-        DOT=p.DOT, num_warps=INTRA_TILES["num_warps"], num_stages=INTRA_TILES["num_stages"])
+        MID_LIMIT=MID_LIMIT, SAFE_GATE=p.safe_gate, DOT=p.DOT, num_warps=INTRA_TILES["num_warps"],
+        num_stages=INTRA_TILES["num_stages"])
     like = dict(dtype=p.store, device=q.device)
     AE, KG, QG = (torch.empty(B, T, H, K, **like) for _ in range(3))
     AZ, R = torch.empty(B, T, H, V, **like), torch.empty(B, T, H, V, **like)
@@ -402,27 +489,30 @@ def _forward_output(v, f, p: _Plan):
     return o
 
 
-def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
-               save_intermediates=False):
-    """Gated DeltaNet-2 forward by chunks of 64 tokens, in four Triton kernels (FLA's ``chunk_gdn2`` semantics).
+def _on_device(x):
+    """Launch on x's GPU even when another one is current (a no-op on the CPU)."""
+    return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
 
-    q, k: [B, T, H, K]; v: [B, T, H, V]; g: [B, T, H, K] natural-log decay; b: [B, T, H, K] erase gate;
-    w: [B, T, H, V] write gate; scale: None for K ** -0.5. Without cu_seqlens, initial_state is [B, H, K, V]
-    or None. With cu_seqlens (int tensor [N + 1]: 0 = t_0 < t_1 < ... < t_N = T) B must be 1, the N
-    sequences q[:, t_n:t_{n+1}] run independently and the states are [N, H, K, V].
+
+def chunk_gdn2_fwd(q, k, v, g, b, w, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
+                   safe_gate=False, lower_bound=None):
+    """Gated DeltaNet-2 forward by chunks of 64 tokens, in four Triton kernels (FLA's ``chunk_gdn2`` semantics),
+    without autograd: ``chunk_gdn2`` of Chapter 10 is the differentiable entry point.
+
+    q, k: [B, T, H, K]; v: [B, T, H, V]; g: [B, T, H, K] natural-log decay (any g <= 0); b: [B, T, H, K] erase
+    gate; w: [B, T, H, V] write gate; float32, bfloat16 or float16. scale: None for K ** -0.5. Without
+    cu_seqlens, initial_state is [B, H, K, V] or None. With cu_seqlens (int tensor [N + 1]: 0 = t_0 < t_1 < ...
+    < t_N = T) B must be 1, the N sequences q[:, t_n:t_{n+1}] run independently and the states are [N, H, K, V].
+    safe_gate=True always takes the midpoint anchor on the diagonal blocks, unchecked: it requires every g in
+    [-5, 0] (lower_bound, if given, must lie in [-5, 0)). The default checks each sub-chunk and falls back to
+    token-by-token products where the midpoint's factors would leave float32's range.
     Accumulates in float32; returns (o [B, T, H, V] in v's dtype, final state float32 [B or N, H, K, V] or None).
-    Differentiable: when an input requires grad, the Triton backward of Chapter 10 runs; it recomputes the
-    forward's intermediates unless save_intermediates=True, which keeps them from the forward.
     """
-    p = _plan(q, k, v, g, b, w, scale, initial_state, cu_seqlens)
-    tensors = (q, k, v, g, b, w) + ((initial_state,) if initial_state is not None else ())
-    if torch.is_grad_enabled() and any(x.requires_grad for x in tensors):
-        from gdn2edu.chunk_backward_kernels import ChunkGDN2TritonFunction   # Chapter 10 builds on this module
-        o, ht = ChunkGDN2TritonFunction.apply(q, k, v, g, b, w, initial_state, p, save_intermediates)
-        return o, (ht if output_final_state else None)
+    p = _plan(q, k, v, g, b, w, scale, initial_state, cu_seqlens, safe_gate, lower_bound)
     q, k, v, g, b, w = (x.contiguous() for x in (q, k, v, g, b, w))
-    f = _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p)
-    return _forward_output(v, f, p), f["ht"]
+    with torch.no_grad(), _on_device(q):
+        f = _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p)
+        return _forward_output(v, f, p), f["ht"]
 
 
 def baseline_inputs(B, T, H=16, K=128, V=128, dtype=torch.bfloat16, seed=0, device="cuda"):

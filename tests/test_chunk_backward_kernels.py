@@ -136,13 +136,13 @@ def test_no_grad_keeps_the_forward_only_path():
 
 
 def test_saved_intermediates_give_the_recomputed_gradients():
-    """save_intermediates=True skips the recomputation; the same float32 kernels give the same bits."""
+    """disable_recompute=True skips the recomputation; the same float32 kernels give the same bits."""
     x = [t.float() for t in make_inputs(1, 70, 2, 16, 16, seed=8)]
     S0, do = torch.randn(1, 2, 16, 16), torch.randn(1, 70, 2, 16)
     results = []
     for save in (False, True):
         leaves = [t.clone().requires_grad_() for t in (*x, S0)]
-        o, _ = chunk_gdn2(*leaves[:6], initial_state=leaves[6], save_intermediates=save)
+        o, _ = chunk_gdn2(*leaves[:6], initial_state=leaves[6], disable_recompute=save)
         results.append(torch.autograd.grad((o * do).sum(), leaves))
     for recomputed, saved in zip(*results):
         assert torch.equal(recomputed, saved)

@@ -61,7 +61,8 @@ def launches():
     scan_bv = 64 if bscan["BV"] == "auto" else bscan["BV"]         # "auto" picks at most 64: the largest tiles
     fused_bv = min(V, max(8, 2048 // K))
     return [
-        (ck.chunk_gdn2_fwd_intra_kernel, dict(H=H, K=K, BT=64, BC=16, BK=intra["BK"], DOT="ieee"),
+        (ck.chunk_gdn2_fwd_intra_kernel, dict(H=H, K=K, BT=64, BC=16, BK=intra["BK"], MID_LIMIT=ck.MID_LIMIT,
+                                              SAFE_GATE=False, DOT="ieee"),
          intra["num_warps"], intra["num_stages"], ()),
         (ck.chunk_gdn2_fwd_wy_kernel, dict(H=H, K=K, V=V, BT=64, BK=wy["BK"], BV=wy["BV"], STORE_G=True,
                                            DOT="ieee"),
@@ -80,7 +81,7 @@ def launches():
             (cb.chunk_gdn2_bwd_local_kernel, dict(H=H, V=V, BT=64, BV=blocal["BV"], DOT=dot),
              blocal["num_warps"], blocal["num_stages"], pointers),
             (cb.chunk_gdn2_bwd_inputs_kernel, dict(H=H, K=K, V=V, BT=64, BC=16, BK=binputs["BK"], BV=binputs["BV"],
-                                                   DOT=dot),
+                                                   MID_LIMIT=ck.MID_LIMIT, SAFE_GATE=False, DOT=dot),
              binputs["num_warps"], binputs["num_stages"], pointers))),
         (fr._fused_recurrent_gdn2_fwd_kernel, dict(H=H, K=K, V=V, BK=K, BV=fused_bv, USE_INITIAL_STATE=True,
                                                    STORE_FINAL_STATE=True), 1, 1, ()),

@@ -1,0 +1,210 @@
+"""The GPU test matrix of ``chunk_gdn2``: forward and backward against float64 autograd through
+``recurrent_gdn2``, case by case, written as JSON with provenance.
+
+The cases are FLA's public GDN2/KDA test parametrisation (fla-org/flash-linear-attention, tests/ops: head dims
+60/64/100/128, gate normalisers 0.1/1/10, gates masked to zero, packed sequences, a random initial state and
+final-state adjoint, float16) and the extremes the default path must survive: one token at g = -100, g = -12
+on every token, g = 0, the three input types, odd head dims, a long sequence, and a batch whose state offsets
+pass 2^31. Each tensor is judged by FLA's rule (``assert_close``): it passes when its largest absolute error is
+at most 1e-6 or when the RMS of the error is below ``tolerance`` times the RMS of the reference, with FLA's
+tolerances (o, ht 0.005; dq, dk, dv, dh0 0.008; dg, db, dw 0.02). With ``--fla`` FLA's ``chunk_gdn2`` runs
+the same cases (its default path) and is judged the same way.
+
+    python tools/gpu_test_matrix.py --out results/h200_test_matrix.json [--fla] [--commit SHA] [--budget S]
+"""
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import gdn2edu
+from gdn2edu.bench import _fla_ops, provenance
+
+TOLERANCE = {"o": 0.005, "ht": 0.005, "dq": 0.008, "dk": 0.008, "dv": 0.008, "dh0": 0.008,
+             "dg": 0.02, "db": 0.02, "dw": 0.02}
+GRADS = ("dq", "dk", "dv", "dg", "db", "dw", "dh0")
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def fla_style(B, T, H, D, scale, gate_norm, mask_p, dtype="fp16", cu_seqlens=None):
+    """A case of FLA's parametrisation: q, k uniform then L2-normalised, g = logsigmoid(randn) / gate_norm with a
+    fraction mask_p of gates set to zero."""
+    return dict(B=B, T=T, H=H, K=D, V=D, scale=scale, gate=f"logsigmoid/{gate_norm}", mask_p=mask_p, dtype=dtype,
+                cu_seqlens=cu_seqlens)
+
+
+def extreme(name_gate, dtype, B=1, T=300, H=2, K=128, V=128, cu_seqlens=None):
+    return dict(B=B, T=T, H=H, K=K, V=V, scale=None, gate=name_gate, mask_p=0.0, dtype=dtype, cu_seqlens=cu_seqlens)
+
+
+CASES = [
+    fla_style(1, 63, 1, 64, 1.0, 1, 0.0),
+    fla_style(2, 500, 3, 60, 1.0, 1, 0.0),
+    fla_style(2, 1000, 3, 64, 0.1, 1, 0.5),
+    fla_style(3, 1024, 4, 100, 1.0, 0.1, 0.0),
+    fla_style(4, 1024, 4, 128, 0.1, 1, 0.0),
+    fla_style(2, 1500, 4, 128, 0.1, 10, 0.0),
+    fla_style(4, 2048, 8, 64, 0.1, 1, 0.0),
+    fla_style(1, 15, 4, 64, 1.0, 1, 0.0, cu_seqlens=[0, 15]),
+    fla_style(1, 1000, 4, 64, 1.0, 1, 0.5, cu_seqlens=[0, 256, 500, 1000]),
+    fla_style(1, 2000, 4, 128, 1.0, 0.1, 0.0, cu_seqlens=[0, 15, 100, 300, 1200, 2000]),
+    fla_style(1, 4096, 4, 128, 1.0, 1, 0.0, cu_seqlens=[0, 100, 300, 1200, 3000, 4096]),
+    *(extreme("one token -100", d) for d in ("fp32", "fp16", "bf16")),
+    *(extreme("every token -12", d) for d in ("fp32", "fp16", "bf16")),
+    extreme("zero", "bf16"),
+    extreme("logsigmoid/0.1", "bf16"),
+    extreme("logsigmoid/1", "bf16", K=48, V=80),
+    extreme("logsigmoid/1", "bf16", K=256, V=256),
+    extreme("one token -100", "bf16", T=16384, H=4, cu_seqlens=None),
+]
+
+
+def make_gate(spec, shape, gen):
+    """The log-decay g [B, T, H, K] in float32 named by spec."""
+    B, T, H, K = shape
+    if spec.startswith("logsigmoid/"):
+        return F.logsigmoid(torch.randn(shape, generator=gen, device=gen.device)) / float(spec.split("/")[1])
+    if spec == "zero":
+        return torch.zeros(shape, device=gen.device)
+    if spec == "every token -12":
+        return torch.full(shape, -12.0, device=gen.device)
+    if spec == "one token -100":
+        g = F.logsigmoid(torch.randn(shape, generator=gen, device=gen.device)) / 16
+        g[:, 37::1000] = -100.0                       # one token in every thousand, the first inside a chunk
+        return g
+    raise ValueError(f"unknown gate {spec!r}")
+
+
+def case_inputs(case, device, seed=42):
+    """Leaves (q, k, v, g, b, w, h0) in the case's dtype (h0 float32), the adjoints (do, dht), and offsets."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    B, T, H, K, V = (case[x] for x in "BTHKV")
+    dtype = DTYPES[case["dtype"]]
+    q = F.normalize(torch.rand(B, T, H, K, generator=gen, device=device), dim=-1)
+    k = F.normalize(torch.rand(B, T, H, K, generator=gen, device=device), dim=-1)
+    v = torch.rand(B, T, H, V, generator=gen, device=device)
+    g = make_gate(case["gate"], (B, T, H, K), gen)
+    if case["mask_p"]:
+        g = g * (torch.rand(g.shape, generator=gen, device=device) > case["mask_p"])
+    b = torch.rand(B, T, H, K, generator=gen, device=device)
+    w = torch.rand(B, T, H, V, generator=gen, device=device)
+    offsets = case["cu_seqlens"] or list(range(0, (B + 1) * T, T))
+    N = len(offsets) - 1
+    h0 = torch.randn(N, H, K, V, generator=gen, device=device)
+    do = torch.randn(B, T, H, V, generator=gen, device=device).to(dtype)
+    dht = torch.randn(N, H, K, V, generator=gen, device=device)
+    return [x.to(dtype) for x in (q, k, v, g, b, w)] + [h0], (do, dht), offsets
+
+
+def reference(leaves, adjoints, offsets, scale):
+    """float64 outputs and gradients of <o, do> + <ht, dht>, through recurrent_gdn2 sequence by sequence."""
+    x = [t.double().requires_grad_() for t in leaves]
+    do, dht = (a.double() for a in adjoints)
+    B = x[0].shape[0]
+    flat = [t.reshape(1, -1, *t.shape[2:]) for t in x[:6]] if B > 1 else x[:6]
+    outs, states = [], []
+    for n, (t0, t1) in enumerate(zip(offsets, offsets[1:])):
+        o, S = gdn2edu.recurrent_gdn2(*(t[:, t0:t1] for t in flat), scale=scale, initial_state=x[6][n:n + 1],
+                                      output_final_state=True)
+        outs.append(o)
+        states.append(S)
+    o, ht = torch.cat(outs, 1).reshape(do.shape), torch.cat(states, 0)
+    grads = torch.autograd.grad((o * do).sum() + (ht * dht).sum(), x)
+    return {"o": o, "ht": ht, **dict(zip(GRADS, grads))}
+
+
+def under_test(fn, leaves, adjoints, case):
+    """Outputs and gradients of fn (chunk_gdn2's signature) on the case, keyed like reference()."""
+    x = [t.detach().clone().requires_grad_() for t in leaves]
+    cu = None if case["cu_seqlens"] is None else torch.tensor(case["cu_seqlens"], device=x[0].device)
+    o, ht = fn(*x[:6], scale=case["scale"], initial_state=x[6], output_final_state=True, cu_seqlens=cu)
+    grads = torch.autograd.grad((o * adjoints[0]).sum() + (ht * adjoints[1]).sum(), x)
+    return {"o": o, "ht": ht, **dict(zip(GRADS, grads))}
+
+
+def judge(got, want):
+    """FLA's rule per tensor: {name: (passed, rms error ratio, largest absolute error, finite)}."""
+    verdict = {}
+    for name, tol in TOLERANCE.items():
+        err = (got[name].double() - want[name]).flatten()
+        max_abs = err.abs().max().item()
+        ratio = err.square().mean().sqrt().item() / (want[name].flatten().square().mean().sqrt().item() + 1e-8)
+        finite = bool(torch.isfinite(got[name]).all())
+        verdict[name] = {"passed": finite and (max_abs <= 1e-6 or ratio < tol), "ratio": ratio, "max_abs": max_abs,
+                         "finite": finite}
+    return verdict
+
+
+def offsets_past_int32(device):
+    """B * T * H = 2^23 tokens-heads at K = V = 128 (bf16): the per-chunk state h has 2^31 elements, so its
+    offsets need 64 bits. The last batch row must equal a separate call on that row alone, bit for bit."""
+    B, T, H = 64, 8192, 16
+    x = gdn2edu.baseline_inputs(B, T, H, dtype=torch.bfloat16, device=device)
+    with torch.no_grad():
+        o, ht = gdn2edu.chunk_gdn2(*x, output_final_state=True)
+        o1, ht1 = gdn2edu.chunk_gdn2(*(t[-1:] for t in x), output_final_state=True)
+    state_elements = (B * T // 64) * H * 128 * 128
+    return {"B": B, "T": T, "H": H, "state_elements": state_elements, "finite": bool(torch.isfinite(o).all()),
+            "last_row_equal": bool(torch.equal(o[-1:], o1) and torch.equal(ht[-1:], ht1)),
+            "passed": bool(torch.isfinite(o).all() and torch.equal(o[-1:], o1) and torch.equal(ht[-1:], ht1))}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, required=True, help="JSON file to write (rewritten after every case)")
+    p.add_argument("--fla", action="store_true", help="also run FLA's chunk_gdn2 (default path) on every case")
+    p.add_argument("--commit", help="git commit of the code under test (default: git rev-parse HEAD)")
+    p.add_argument("--budget", type=float, default=400.0, help="seconds after which no new case starts")
+    p.add_argument("--skip-large", action="store_true", help="skip the 2^31-offset case (about 40 GB of memory)")
+    args = p.parse_args(argv)
+    if args.budget <= 0:
+        raise ValueError(f"--budget must be positive, got {args.budget}")
+    if not torch.cuda.is_available():
+        raise SystemExit("gpu_test_matrix needs a CUDA device")
+    device = torch.device("cuda")
+    fla = _fla_ops() if args.fla else None
+    if isinstance(fla, str):
+        raise SystemExit(f"--fla: FLA is {fla}")
+    impls = {"gdn2edu": gdn2edu.chunk_gdn2, **({"fla": fla["chunk"]} if fla else {})}
+    result = {"provenance": provenance(device, args.commit, ["tools/gpu_test_matrix.py", *(argv or sys.argv[1:])]),
+              "tolerance": TOLERANCE, "cases": [], "offsets_past_int32": None}
+    start = time.monotonic()
+    for i, case in enumerate(CASES):
+        if time.monotonic() - start > args.budget:
+            print(f"budget spent: {len(CASES) - i} cases not run", flush=True)
+            break
+        leaves, adjoints, offsets = case_inputs(case, device)
+        want = reference(leaves, adjoints, offsets, case["scale"])
+        row = {**case, "results": {}}
+        for name, fn in impls.items():
+            try:
+                row["results"][name] = judge(under_test(fn, leaves, adjoints, case), want)
+            except Exception as err:          # a compile error or a crash is a failed case, not a stopped run
+                row["results"][name] = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
+        result["cases"].append(row)
+        args.out.write_text(json.dumps(result, indent=1))
+        line = "  ".join(f"{name}: " + ("ERROR " + r["error"] if "error" in r else
+                                        ("pass" if all(v["passed"] for v in r.values()) else
+                                         "FAIL " + ",".join(k for k, v in r.items() if not v["passed"])))
+                         for name, r in row["results"].items())
+        print(f"[{i + 1}/{len(CASES)} {time.monotonic() - start:5.0f} s] {case['dtype']} B{case['B']} T{case['T']} "
+              f"H{case['H']} K{case['K']} V{case['V']} {case['gate']} mask{case['mask_p']} "
+              f"cu={case['cu_seqlens']}: {line}", flush=True)
+        del leaves, adjoints, want
+    if not args.skip_large and time.monotonic() - start <= args.budget:
+        torch.cuda.empty_cache()
+        result["offsets_past_int32"] = offsets_past_int32(device)
+        print("offsets past 2^31:", result["offsets_past_int32"], flush=True)
+    args.out.write_text(json.dumps(result, indent=1))
+    failed = [c for c in result["cases"] if not all("error" not in r and all(v["passed"] for v in r.values())
+                                                    for n, r in c["results"].items() if n == "gdn2edu")]
+    return 1 if failed or (result["offsets_past_int32"] and not result["offsets_past_int32"]["passed"]) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
