@@ -175,6 +175,31 @@ def _rows_at(base, o_r, col0, T, K: tl.constexpr, stride, BCOL: tl.constexpr):
 
 
 @triton.jit
+def _subchunk_pullbacks(b_bk, b_qb, b_rk, q, k, b, Gc, dA, dAqk, b_G, b_aL, b_aR, lo, hi, p_qk, p_A, t0, T, c0, c,
+                        scale, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
+                        BK: tl.constexpr, CT: tl.constexpr, DOT: tl.constexpr):
+    """Sub-chunk c's terms of both sides of eq-k10-anchored, added to the [BT, BK] accumulators: its columns of
+    D and H_q against its keys for the rows from lo, on the anchor b_aL [BK], and its rows against the keys
+    before hi, on the anchor b_aR [BK]. Returns the three accumulators."""
+    o_t, o_c = tl.arange(0, BT), tl.arange(0, BC)
+    r0 = t0 + c * BC
+    b_Gs = _G_tile(Gc + p_qk, r0 + o_c, c0, T, K, H * K, BK)                    # G on the sub-chunk's rows
+    b_ks = _load(k + p_qk, r0, c0, T, K, H * K, BC, BK)                          # the sub-chunk's keys
+    b_Y = (b_ks * tl.exp2(b_aL[None, :] - b_Gs)).to(CT)
+    b_rho = tl.exp2(tl.where(o_t[:, None] >= lo, b_G - b_aL[None, :], float("-inf")))
+    b_bk += b_rho * tl.dot(_load_tile(dA + p_A, t0, c * BC, T, BT, H * BT, BT, BC), b_Y, input_precision=DOT)
+    b_qb += b_rho * tl.dot(_load_tile(dAqk + p_A, t0, c * BC, T, BT, H * BT, BT, BC), b_Y, input_precision=DOT)
+    b_up = tl.exp2(b_Gs - b_aR[None, :])
+    b_E = (_load(b + p_qk, r0, c0, T, K, H * K, BC, BK) * b_ks * b_up).to(CT)
+    b_Q = (_load(q + p_qk, r0, c0, T, K, H * K, BC, BK) * (scale * b_up)).to(CT)
+    b_sig = tl.exp2(tl.where(o_t[:, None] < hi, b_aR[None, :] - b_G, float("-inf")))
+    b_rk += b_sig * (tl.dot(tl.trans(_load_tile(dA + p_A, r0, 0, T, BT, H * BT, BC, BT)), b_E, input_precision=DOT)
+                     + tl.dot(tl.trans(_load_tile(dAqk + p_A, r0, 0, T, BT, H * BT, BC, BT)), b_Q,
+                              input_precision=DOT))
+    return b_bk, b_qb, b_rk
+
+
+@triton.jit
 def chunk_gdn2_bwd_inputs_kernel(q, k, b, Gc, P, R, do, h, ht, dh, dA, dAqk, dq, dk, dg, db,
                                  cu_seqlens, chunk_indices, scale, H: tl.constexpr, K: tl.constexpr,
                                  V: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
@@ -182,10 +207,10 @@ def chunk_gdn2_bwd_inputs_kernel(q, k, b, Gc, P, R, do, h, ht, dh, dA, dAqk, dq,
                                  DOT: tl.constexpr):
     """One (chunk, head, key block), all BT rows at once: the direct terms -P S^T, O_bar S^T, R S_bar'^T and
     the endpoint by value blocks, then both sides of the pairwise pullbacks one sub-chunk at a time (its
-    columns of D and H_q against its keys, its rows against every key), then the chain rule. A sub-chunk whose
-    midpoint factors fit MID_LIMIT (every one, with SAFE_GATE) is anchored at its midpoint; any other at its
-    last row (for the rows after it) and its first row (for the keys before it), its own 16 x 16 block then
-    taken token by token. Writes dq, dk, db and dg (the reverse cumulative sum over the chunk plus the
+    columns of D and H_q against its keys, its rows against every key), then the chain rule. If the chunk's
+    midpoint factors fit MID_LIMIT (always, with SAFE_GATE) each sub-chunk is anchored at its midpoint; else at
+    its last row (for the rows after it) and its first row (for the keys before it), and the 16 x 16 diagonal
+    blocks are taken token by token. Writes dq, dk, db and dg (the reverse cumulative sum over the chunk plus the
     endpoint), each in the type of its input."""
     i_t, i_h, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)
@@ -216,59 +241,47 @@ def chunk_gdn2_bwd_inputs_kernel(q, k, b, Gc, P, R, do, h, ht, dh, dA, dAqk, dq,
     b_bk = -b_Pd * b_gam                                   # adjoint of b * k, direct part
     b_qb = b_Qb * b_gam                                    # adjoint of scale * q, direct part
     b_rk = b_Kb * tl.exp2(_G_row(Gc + p_qk, t0 + BT - 1, c0, T, K, H * K, BK)[None, :] - b_G)  # * gamma_n / gamma
-    # per row, whether its sub-chunk takes the midpoint anchor: the largest factor 2^e it forms, times the
-    # largest operand it scales, must stay below 2^MID_LIMIT (the operand type's range, with room to spare)
-    o_sub = (o_t // BC) * BC                               # each row's sub-chunk: its first row in the chunk
-    if SAFE_GATE:
-        b_mid = o_t >= 0
+    # midpoint anchors if the largest factor 2^e they form, times the largest operand it scales in a float16
+    # product, stays within 2^MID_LIMIT; else every factor at most 1 and the diagonal blocks token by token
+    e = 0.0
+    if not SAFE_GATE:
+        b_G3 = tl.reshape(b_G, (BT // BC, BC, BK))                             # [sub-chunk, row, channel]
+        b_m3 = tl.sum(tl.where(o_c[None, :, None] == BC // 2, b_G3, 0.0), axis=1)
+        e = tl.max(tl.maximum(tl.max(b_G3, axis=1) - b_m3, b_m3 - tl.min(b_G3, axis=1)))
+        if CT == tl.float16:
+            b_k = _load(k + p_qk, t0, c0, T, K, H * K, BT, BK)
+            b_x = tl.maximum(tl.abs(b_k) * tl.maximum(tl.abs(_load(b + p_qk, t0, c0, T, K, H * K, BT, BK)), 1.0),
+                             scale * tl.abs(_load(q + p_qk, t0, c0, T, K, H * K, BT, BK)))
+            e += tl.log2(tl.maximum(tl.max(b_x), 1.0))
+    if e <= MID_LIMIT:
+        for c in range(0, BT // BC):
+            b_m = _G_row(Gc + p_qk, t0 + c * BC + BC // 2, c0, T, K, H * K, BK)     # the anchor: its midpoint
+            b_bk, b_qb, b_rk = _subchunk_pullbacks(b_bk, b_qb, b_rk, q, k, b, Gc, dA, dAqk, b_G, b_m, b_m,
+                                                   c * BC, c * BC + BC, p_qk, p_A, t0, T, c0, c, scale,
+                                                   H, K, BT, BC, BK, CT, DOT)
     else:
-        b_Gm = _G_tile(Gc + p_qk, t0 + o_sub + BC // 2, c0, T, K, H * K, BK)
-        b_e = tl.max(tl.maximum(_G_tile(Gc + p_qk, t0 + o_sub, c0, T, K, H * K, BK) - b_Gm,
-                                b_Gm - _G_tile(Gc + p_qk, t0 + o_sub + BC - 1, c0, T, K, H * K, BK)), axis=1)
-        b_k = _load(k + p_qk, t0, c0, T, K, H * K, BT, BK)
-        b_amax = tl.max(tl.max(tl.maximum(tl.abs(b_k) * tl.maximum(tl.abs(_load(b + p_qk, t0, c0, T, K, H * K, BT, BK)), 1.0),
-                                          scale * tl.abs(_load(q + p_qk, t0, c0, T, K, H * K, BT, BK))), axis=1), axis=0)
-        b_mid = b_e + tl.log2(tl.maximum(b_amax, 1.0)) <= MID_LIMIT
-    for c in range(0, BT // BC):
-        r0 = t0 + c * BC
-        mid = tl.max(tl.where(o_sub == c * BC, b_mid.to(tl.int32), 0), axis=0) > 0
-        # the anchors: the midpoint, which also serves the sub-chunk's own block; or, with every factor <= 1,
-        # G at its last row for the rows after it and G at its first row for the keys before it
-        b_aL = _G_row(Gc + p_qk, tl.where(mid, r0 + BC // 2, r0 + BC - 1), c0, T, K, H * K, BK)
-        b_aR = _G_row(Gc + p_qk, tl.where(mid, r0 + BC // 2, r0), c0, T, K, H * K, BK)
-        lo = tl.where(mid, c * BC, c * BC + BC)            # rows of b * k's and q's adjoints from here
-        hi = tl.where(mid, c * BC + BC, c * BC)            # keys of k's adjoint below here
-        b_Gs = _G_tile(Gc + p_qk, r0 + o_c, c0, T, K, H * K, BK)                # G on the sub-chunk's rows
-        b_ks = _load(k + p_qk, r0, c0, T, K, H * K, BC, BK)                      # the sub-chunk's keys
-        # its columns of D and H_q against its keys
-        b_Y = (b_ks * tl.exp2(b_aL[None, :] - b_Gs)).to(CT)
-        b_rho = tl.exp2(tl.where(o_t[:, None] >= lo, b_G - b_aL[None, :], float("-inf")))
-        b_bk += b_rho * tl.dot(_load_tile(dA + p_A, t0, c * BC, T, BT, H * BT, BT, BC), b_Y, input_precision=DOT)
-        b_qb += b_rho * tl.dot(_load_tile(dAqk + p_A, t0, c * BC, T, BT, H * BT, BT, BC), b_Y, input_precision=DOT)
-        # its rows of D and H_q against the keys before hi
-        b_up = tl.exp2(b_Gs - b_aR[None, :])
-        b_E = (_load(b + p_qk, r0, c0, T, K, H * K, BC, BK) * b_ks * b_up).to(CT)
-        b_Q = (_load(q + p_qk, r0, c0, T, K, H * K, BC, BK) * (scale * b_up)).to(CT)
-        b_sig = tl.exp2(tl.where(o_t[:, None] < hi, b_aR[None, :] - b_G, float("-inf")))
-        b_rk += b_sig * (tl.dot(tl.trans(_load_tile(dA + p_A, r0, 0, T, BT, H * BT, BC, BT)), b_E, input_precision=DOT)
-                         + tl.dot(tl.trans(_load_tile(dAqk + p_A, r0, 0, T, BT, H * BT, BC, BT)), b_Q,
-                                  input_precision=DOT))
-    if tl.min(b_mid.to(tl.int32), axis=0) == 0:
-        # the diagonal blocks of the other sub-chunks, token by token: step t pairs each row with token t of
-        # its own sub-chunk, so every factor is 2^(G_i - G_j) with i >= j, at most 1
-        m_own = b_mid == 0
+        for c in range(0, BT // BC):
+            r0 = t0 + c * BC
+            b_bk, b_qb, b_rk = _subchunk_pullbacks(b_bk, b_qb, b_rk, q, k, b, Gc, dA, dAqk, b_G,
+                                                   _G_row(Gc + p_qk, r0 + BC - 1, c0, T, K, H * K, BK),
+                                                   _G_row(Gc + p_qk, r0, c0, T, K, H * K, BK),
+                                                   c * BC + BC, c * BC, p_qk, p_A, t0, T, c0, c, scale,
+                                                   H, K, BT, BC, BK, CT, DOT)
+        # the diagonal blocks token by token: step t pairs each row with token t of its own sub-chunk, so every
+        # factor is 2^(G_i - G_j) with i >= j, at most 1
+        o_sub = (o_t // BC) * BC                                                 # each row's sub-chunk
         for t in range(BC):
-            o_j = o_sub + t                                                      # token t of each row's sub-chunk
+            o_j = o_sub + t
             b_Gj = _G_tile(Gc + p_qk, t0 + o_j, c0, T, K, H * K, BK)
             b_kj = _rows_at(k + p_qk, t0 + o_j, c0, T, K, H * K, BK)
             # b * k's and q's adjoints of row i against key o_j <= i
-            b_f = tl.exp2(tl.where((m_own & (o_j <= o_t))[:, None], b_G - b_Gj, float("-inf"))) * b_kj
+            b_f = tl.exp2(tl.where((o_j <= o_t)[:, None], b_G - b_Gj, float("-inf"))) * b_kj
             d_row = tl.load(dA + p_A + (t0 + o_t) * (H * BT) + o_j, mask=t0 + o_t < T, other=0.0).to(tl.float32)
             h_row = tl.load(dAqk + p_A + (t0 + o_t) * (H * BT) + o_j, mask=t0 + o_t < T, other=0.0).to(tl.float32)
             b_bk += d_row[:, None] * b_f
             b_qb += h_row[:, None] * b_f
             # k's adjoint of key j against row o_j >= j
-            b_f = tl.exp2(tl.where((m_own & (o_j >= o_t))[:, None], b_Gj - b_G, float("-inf")))
+            b_f = tl.exp2(tl.where((o_j >= o_t)[:, None], b_Gj - b_G, float("-inf")))
             d_col = tl.load(dA + p_A + (t0 + o_j) * (H * BT) + o_t, mask=t0 + o_j < T, other=0.0).to(tl.float32)
             h_col = tl.load(dAqk + p_A + (t0 + o_j) * (H * BT) + o_t, mask=t0 + o_j < T, other=0.0).to(tl.float32)
             b_rk += b_f * (d_col[:, None] * _rows_at(b + p_qk, t0 + o_j, c0, T, K, H * K, BK) * b_kj

@@ -79,11 +79,17 @@ def _scores(b_qr, b_er, b_m, b_k, b_gk, DOT: tl.constexpr):
 
 
 @triton.jit
-def _midpoint_exponent(b_g, BC: tl.constexpr):
-    """The largest base-2 exponent that the midpoint anchor m puts on a sub-chunk's factors: the maximum over
-    channels of G_first - m (a row factor) and m - G_last (a column factor)."""
-    b_m = _row(b_g, BC // 2, BC)
-    return tl.max(tl.maximum(_row(b_g, 0, BC) - b_m, b_m - _row(b_g, BC - 1, BC)), axis=0)
+def _midpoint_exponent(g, bos, T, t0, i_h, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
+                       BK: tl.constexpr):
+    """The largest base-2 exponent e that midpoint anchors put on a chunk's factors, 2^(G_i - m) and 2^(m - G_j),
+    over its sub-chunks and key channels: the largest distance of G from the midpoint's value within a sub-chunk."""
+    e = 0.0
+    for i_k in range(tl.cdiv(K, BK)):
+        b_G = tl.cumsum(_load(g + (bos * H + i_h) * K, t0, i_k * BK, T, K, H * K, BT, BK) * 1.4426950408889634, axis=0)
+        b_G = tl.reshape(b_G, (BT // BC, BC, BK))                                # [sub-chunk, row, channel]
+        b_m = tl.sum(tl.where(tl.arange(0, BC)[None, :, None] == BC // 2, b_G, 0.0), axis=1)
+        e = tl.maximum(e, tl.max(tl.maximum(tl.max(b_G, axis=1) - b_m, b_m - tl.min(b_G, axis=1))))
+    return e
 
 
 @triton.jit
@@ -102,23 +108,61 @@ def _pairwise_scores(b_q, b_e, b_k, b_g, BC: tl.constexpr):
 
 
 @triton.jit
-def _diagonal_scores(b_q, b_e, b_k, b_g, MID_LIMIT: tl.constexpr, SAFE_GATE: tl.constexpr,
-                     BC: tl.constexpr, DOT: tl.constexpr):
-    """A diagonal block (E_a Y_a^T, Q_a Y_a^T), [BC, BC] each: by one product with the midpoint anchor when its
-    factors stay within 2^MID_LIMIT (or unchecked, with SAFE_GATE), else token by token."""
-    b_m = _row(b_g, BC // 2, BC)
-    if SAFE_GATE:
+def _diagonal_scores(b_q, b_e, b_k, b_g, PAIRWISE: tl.constexpr, BC: tl.constexpr, DOT: tl.constexpr):
+    """A diagonal block (E_a Y_a^T, Q_a Y_a^T), [BC, BC] each: token by token, or one product with the midpoint
+    anchor (where the caller has checked that its factors fit)."""
+    if PAIRWISE:
+        b_l, b_s = _pairwise_scores(b_q, b_e, b_k, b_g, BC)
+    else:
+        b_m = _row(b_g, BC // 2, BC)
         b_qr, b_er = _anchored_rows(b_q, b_e, b_g, b_m)
         b_l, b_s = _scores(b_qr, b_er, b_m, b_k, b_g, DOT)
-    else:
-        b_l = tl.zeros([BC, BC], dtype=tl.float32)
-        b_s = tl.zeros([BC, BC], dtype=tl.float32)
-        if _midpoint_exponent(b_g, BC) <= MID_LIMIT:
-            b_qr, b_er = _anchored_rows(b_q, b_e, b_g, b_m)
-            b_l, b_s = _scores(b_qr, b_er, b_m, b_k, b_g, DOT)
-        else:
-            b_l, b_s = _pairwise_scores(b_q, b_e, b_k, b_g, BC)
     return b_l, b_s
+
+
+@triton.jit
+def _chunk_scores(q, k, g, b, bos, T, t0, i_h, H: tl.constexpr, K: tl.constexpr, BC: tl.constexpr,
+                  BK: tl.constexpr, PAIRWISE: tl.constexpr, DOT: tl.constexpr):
+    """The ten [BC, BC] blocks (a, c), c <= a, of L_<=(E Y^T) and L_<=(Q Y^T) of one chunk, accumulated over key
+    blocks: the diagonal blocks token by token (PAIRWISE) or on the midpoint anchor, the blocks below with the
+    rows of sub-chunk a anchored at its first row, where every factor is at most 1."""
+    z = tl.zeros([BC, BC], dtype=tl.float32)
+    b_L00, b_L11, b_L22, b_L33, b_L10, b_L20, b_L21, b_L30, b_L31, b_L32 = z, z, z, z, z, z, z, z, z, z
+    b_S00, b_S11, b_S22, b_S33, b_S10, b_S20, b_S21, b_S30, b_S31, b_S32 = z, z, z, z, z, z, z, z, z, z
+    for i_k in range(tl.cdiv(K, BK)):          # the scores are sums over the key axis: accumulate by blocks
+        b_p = tl.zeros([BK], dtype=tl.float32)
+        b_q0, b_e0, b_k0, b_g0, b_p = _sub_chunk(q, k, b, g, bos, T, t0, i_h, i_k, b_p, H, K, BC, BK)
+        b_q1, b_e1, b_k1, b_g1, b_p = _sub_chunk(q, k, b, g, bos, T, t0 + BC, i_h, i_k, b_p, H, K, BC, BK)
+        b_q2, b_e2, b_k2, b_g2, b_p = _sub_chunk(q, k, b, g, bos, T, t0 + 2 * BC, i_h, i_k, b_p, H, K, BC, BK)
+        b_q3, b_e3, b_k3, b_g3, b_p = _sub_chunk(q, k, b, g, bos, T, t0 + 3 * BC, i_h, i_k, b_p, H, K, BC, BK)
+        b_l, b_s = _diagonal_scores(b_q0, b_e0, b_k0, b_g0, PAIRWISE, BC, DOT)
+        b_L00, b_S00 = b_L00 + b_l, b_S00 + b_s
+        b_l, b_s = _diagonal_scores(b_q1, b_e1, b_k1, b_g1, PAIRWISE, BC, DOT)
+        b_L11, b_S11 = b_L11 + b_l, b_S11 + b_s
+        b_l, b_s = _diagonal_scores(b_q2, b_e2, b_k2, b_g2, PAIRWISE, BC, DOT)
+        b_L22, b_S22 = b_L22 + b_l, b_S22 + b_s
+        b_l, b_s = _diagonal_scores(b_q3, b_e3, b_k3, b_g3, PAIRWISE, BC, DOT)
+        b_L33, b_S33 = b_L33 + b_l, b_S33 + b_s
+        b_f = _row(b_g1, 0, BC)
+        b_qr, b_er = _anchored_rows(b_q1, b_e1, b_g1, b_f)
+        b_l, b_s = _scores(b_qr, b_er, b_f, b_k0, b_g0, DOT)
+        b_L10, b_S10 = b_L10 + b_l, b_S10 + b_s
+        b_f = _row(b_g2, 0, BC)
+        b_qr, b_er = _anchored_rows(b_q2, b_e2, b_g2, b_f)
+        b_l, b_s = _scores(b_qr, b_er, b_f, b_k0, b_g0, DOT)
+        b_L20, b_S20 = b_L20 + b_l, b_S20 + b_s
+        b_l, b_s = _scores(b_qr, b_er, b_f, b_k1, b_g1, DOT)
+        b_L21, b_S21 = b_L21 + b_l, b_S21 + b_s
+        b_f = _row(b_g3, 0, BC)
+        b_qr, b_er = _anchored_rows(b_q3, b_e3, b_g3, b_f)
+        b_l, b_s = _scores(b_qr, b_er, b_f, b_k0, b_g0, DOT)
+        b_L30, b_S30 = b_L30 + b_l, b_S30 + b_s
+        b_l, b_s = _scores(b_qr, b_er, b_f, b_k1, b_g1, DOT)
+        b_L31, b_S31 = b_L31 + b_l, b_S31 + b_s
+        b_l, b_s = _scores(b_qr, b_er, b_f, b_k2, b_g2, DOT)
+        b_L32, b_S32 = b_L32 + b_l, b_S32 + b_s
+    return (b_L00, b_L11, b_L22, b_L33, b_L10, b_L20, b_L21, b_L30, b_L31, b_L32,
+            b_S00, b_S11, b_S22, b_S33, b_S10, b_S20, b_S21, b_S30, b_S31, b_S32)
 
 
 @triton.jit
@@ -158,43 +202,18 @@ def chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, cu_seqlens, chunk_indices, s
     """One (chunk, head): A = (I + L)^{-1} and Aqk = scale * L_<=(Q_g Y^T), written as [T, H, BT] rows."""
     i_t, i_h = tl.program_id(0), tl.program_id(1)
     bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)
-    z = tl.zeros([BC, BC], dtype=tl.float32)
-    b_L00, b_L11, b_L22, b_L33, b_L10, b_L20, b_L21, b_L30, b_L31, b_L32 = z, z, z, z, z, z, z, z, z, z
-    b_S00, b_S11, b_S22, b_S33, b_S10, b_S20, b_S21, b_S30, b_S31, b_S32 = z, z, z, z, z, z, z, z, z, z
-    for i_k in range(tl.cdiv(K, BK)):          # the scores are sums over the key axis: accumulate by blocks
-        b_p = tl.zeros([BK], dtype=tl.float32)
-        b_q0, b_e0, b_k0, b_g0, b_p = _sub_chunk(q, k, b, g, bos, T, t0, i_h, i_k, b_p, H, K, BC, BK)
-        b_q1, b_e1, b_k1, b_g1, b_p = _sub_chunk(q, k, b, g, bos, T, t0 + BC, i_h, i_k, b_p, H, K, BC, BK)
-        b_q2, b_e2, b_k2, b_g2, b_p = _sub_chunk(q, k, b, g, bos, T, t0 + 2 * BC, i_h, i_k, b_p, H, K, BC, BK)
-        b_q3, b_e3, b_k3, b_g3, b_p = _sub_chunk(q, k, b, g, bos, T, t0 + 3 * BC, i_h, i_k, b_p, H, K, BC, BK)
-        # the diagonal blocks: midpoint anchor or token by token
-        b_l, b_s = _diagonal_scores(b_q0, b_e0, b_k0, b_g0, MID_LIMIT, SAFE_GATE, BC, DOT)
-        b_L00, b_S00 = b_L00 + b_l, b_S00 + b_s
-        b_l, b_s = _diagonal_scores(b_q1, b_e1, b_k1, b_g1, MID_LIMIT, SAFE_GATE, BC, DOT)
-        b_L11, b_S11 = b_L11 + b_l, b_S11 + b_s
-        b_l, b_s = _diagonal_scores(b_q2, b_e2, b_k2, b_g2, MID_LIMIT, SAFE_GATE, BC, DOT)
-        b_L22, b_S22 = b_L22 + b_l, b_S22 + b_s
-        b_l, b_s = _diagonal_scores(b_q3, b_e3, b_k3, b_g3, MID_LIMIT, SAFE_GATE, BC, DOT)
-        b_L33, b_S33 = b_L33 + b_l, b_S33 + b_s
-        # the blocks below: the rows of sub-chunk a anchored at its first row, so every factor is at most 1
-        b_f = _row(b_g1, 0, BC)
-        b_qr, b_er = _anchored_rows(b_q1, b_e1, b_g1, b_f)
-        b_l, b_s = _scores(b_qr, b_er, b_f, b_k0, b_g0, DOT)
-        b_L10, b_S10 = b_L10 + b_l, b_S10 + b_s
-        b_f = _row(b_g2, 0, BC)
-        b_qr, b_er = _anchored_rows(b_q2, b_e2, b_g2, b_f)
-        b_l, b_s = _scores(b_qr, b_er, b_f, b_k0, b_g0, DOT)
-        b_L20, b_S20 = b_L20 + b_l, b_S20 + b_s
-        b_l, b_s = _scores(b_qr, b_er, b_f, b_k1, b_g1, DOT)
-        b_L21, b_S21 = b_L21 + b_l, b_S21 + b_s
-        b_f = _row(b_g3, 0, BC)
-        b_qr, b_er = _anchored_rows(b_q3, b_e3, b_g3, b_f)
-        b_l, b_s = _scores(b_qr, b_er, b_f, b_k0, b_g0, DOT)
-        b_L30, b_S30 = b_L30 + b_l, b_S30 + b_s
-        b_l, b_s = _scores(b_qr, b_er, b_f, b_k1, b_g1, DOT)
-        b_L31, b_S31 = b_L31 + b_l, b_S31 + b_s
-        b_l, b_s = _scores(b_qr, b_er, b_f, b_k2, b_g2, DOT)
-        b_L32, b_S32 = b_L32 + b_l, b_S32 + b_s
+    # one decision per chunk: midpoint anchors on the diagonal blocks if their factors fit, else token by token
+    e = 0.0
+    if not SAFE_GATE:
+        e = _midpoint_exponent(g, bos, T, t0, i_h, H, K, BT, BC, BK)
+    if e <= MID_LIMIT:
+        (b_L00, b_L11, b_L22, b_L33, b_L10, b_L20, b_L21, b_L30, b_L31, b_L32,
+         b_S00, b_S11, b_S22, b_S33, b_S10, b_S20, b_S21, b_S30, b_S31, b_S32) = _chunk_scores(
+            q, k, g, b, bos, T, t0, i_h, H, K, BC, BK, False, DOT)
+    else:
+        (b_L00, b_L11, b_L22, b_L33, b_L10, b_L20, b_L21, b_L30, b_L31, b_L32,
+         b_S00, b_S11, b_S22, b_S33, b_S10, b_S20, b_S21, b_S30, b_S31, b_S32) = _chunk_scores(
+            q, k, g, b, bos, T, t0, i_h, H, K, BC, BK, True, DOT)
 
     o_c = tl.arange(0, BC)
     m_strict = o_c[:, None] > o_c[None, :]
@@ -478,11 +497,17 @@ def _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p: _Pla
     return dict(A=A, Aqk=Aqk, AE=AE, AZ=AZ, KG=KG, QG=QG, GN=GN, h=h, R=R, ht=ht, G=G)
 
 
+def _output_value_block(K, V):
+    """The output kernel's value block: OUTPUT_TILES["BV"], halved for every doubling of K past 128, so that its
+    [K, BV] state tile and [64, K] query tile fit a Hopper block's shared memory at K = 256."""
+    return _block_width(V, OUTPUT_TILES["BV"] * 128 // max(128, _block_width(K)))
+
+
 def _forward_output(v, f, p: _Plan):
     """The output launch: O = Q_g h + Aqk R from the dict f of _forward_states; o [B, T, H, V] in v's dtype."""
     o = torch.empty_like(v)
     BK = _block_width(p.K)
-    BVO = _block_width(p.V, OUTPUT_TILES["BV"])
+    BVO = _output_value_block(p.K, p.V)
     chunk_gdn2_fwd_output_kernel[(p.chunks.shape[0], p.H, triton.cdiv(p.V, BVO))](
         f["QG"], f["h"], f["Aqk"], f["R"], o, p.cu, p.chunks, H=p.H, K=p.K, V=p.V, BT=64, BK=BK, BV=BVO,
         DOT=p.DOT, num_warps=OUTPUT_TILES["num_warps"], num_stages=2)

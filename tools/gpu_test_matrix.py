@@ -157,7 +157,11 @@ def offsets_past_int32(device):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True, help="JSON file to write (rewritten after every case)")
-    p.add_argument("--fla", action="store_true", help="also run FLA's chunk_gdn2 (default path) on every case")
+    p.add_argument("--fla", action="store_true", help="also run FLA's chunk_gdn2 (default path) on the cases of "
+                                                      "--fla-dtype and --fla-dim")
+    p.add_argument("--fla-dtype", default="bf16,fp16,fp32", help="input types of the cases FLA runs (FLA compiles "
+                                                                 "per type and head dim, minutes each)")
+    p.add_argument("--fla-dim", default="128", help="head dims K of the cases FLA runs")
     p.add_argument("--commit", help="git commit of the code under test (default: git rev-parse HEAD)")
     p.add_argument("--budget", type=float, default=400.0, help="seconds after which no new case starts")
     p.add_argument("--skip-large", action="store_true", help="skip the 2^31-offset case (about 40 GB of memory)")
@@ -182,6 +186,9 @@ def main(argv=None):
         want = reference(leaves, adjoints, offsets, case["scale"])
         row = {**case, "results": {}}
         for name, fn in impls.items():
+            if name == "fla" and (case["dtype"] not in args.fla_dtype.split(",")
+                                  or str(case["K"]) not in args.fla_dim.split(",")):
+                continue
             try:
                 row["results"][name] = judge(under_test(fn, leaves, adjoints, case), want)
             except Exception as err:          # a compile error or a crash is a failed case, not a stopped run

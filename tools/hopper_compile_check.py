@@ -26,10 +26,12 @@ from gdn2edu import chunk_backward_kernels as cb  # noqa: E402
 from gdn2edu import chunk_kernels as ck  # noqa: E402
 from gdn2edu import fused_recurrent as fr  # noqa: E402
 
-HOPPER = GPUTarget("cuda", 90, 32)
-SHARED_LIMIT = 232448                     # bytes of shared memory one block may use on an H100/H200
+# the GPUs a reader meets: the H100/H200 (sm_90), Colab's A100 (sm_80) and L4 (sm_89), each with the
+# shared memory one block may use (CUDA's "shared memory per block, opt-in")
+TARGETS = {"sm_90": (GPUTarget("cuda", 90, 32), 232448), "sm_80": (GPUTarget("cuda", 80, 32), 166912),
+           "sm_89": (GPUTarget("cuda", 89, 32), 101376)}
 INT_POINTERS = {"cu_seqlens", "chunk_indices", "chunk_offsets"}
-H, K, V = 16, 128, 128
+H = 16
 # the backward's 16-bit tensors with bf16 inputs: the inputs, their gradients and the stored intermediates
 BWD_BF16 = ("q", "k", "v", "b", "w", "do", "QG", "AE", "KG", "dR", "dh", "R", "P", "h", "dA", "dAqk",
             "dv", "dw", "dq", "dk", "db")
@@ -52,7 +54,7 @@ def signature(kernel, bf16=()):
     return types
 
 
-def launches():
+def launches(K, V):
     """(kernel, constexprs, num_warps, num_stages, bf16 pointers) as the host code launches them at
     K = V = 128: float32 inputs, and for the scans and the backward also bf16 inputs with their 16-bit
     intermediates."""
@@ -72,8 +74,9 @@ def launches():
         (ck.chunk_gdn2_fwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=scan["BV"], USE_INITIAL_STATE=True,
                                              STORE_FINAL_STATE=True, DOT="tf32"),
          scan["num_warps"], scan["num_stages"], ("AE", "AZ", "KG", "h", "R")),
-        (ck.chunk_gdn2_fwd_output_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=out["BV"], DOT="ieee"),
-         out["num_warps"], 2, ()),
+        *((ck.chunk_gdn2_fwd_output_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=ck._output_value_block(K, V),
+                                                 DOT=dot), out["num_warps"], 2, pointers)
+          for dot, pointers in (("ieee", ()), ("tf32", ("QG", "h", "R", "o")))),
         *(launch for dot, pointers in (("ieee", ()), ("tf32", BWD_BF16)) for launch in (
             (cb.chunk_gdn2_bwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=scan_bv, USE_FINAL_GRAD=True,
                                                  STORE_INITIAL_GRAD=True, DOT=dot),
@@ -100,25 +103,36 @@ def resource_usage(cubin):
 
 
 def main(argv=None):
-    registers = "--registers" in (sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    registers = "--registers" in argv
     failures = 0
-    for kernel, constexprs, num_warps, num_stages, bf16 in launches():
+    for arch, (target, limit) in TARGETS.items():
+        for dim in (128, 256):
+            print(f"{arch}, K = V = {dim}:")
+            failures += check(target, limit, dim, registers)
+    return 1 if failures else 0
+
+
+def check(target, limit, dim, registers):
+    """Compile every launch at K = V = dim for the target; the number of failures."""
+    failures = 0
+    for kernel, constexprs, num_warps, num_stages, bf16 in launches(dim, dim):
         name = kernel.fn.__name__
         start = time.monotonic()
         try:
             compiled = triton.compile(triton.compiler.ASTSource(kernel, signature(kernel, bf16), constexprs),
-                                      target=HOPPER, options=dict(num_warps=num_warps, num_stages=num_stages))
+                                      target=target, options=dict(num_warps=num_warps, num_stages=num_stages))
         except Exception as err:                  # a compile error: report it, go on with the others
             failures += 1
             print(f"FAIL {name}: {type(err).__name__}: {str(err).strip().splitlines()[-1][:300]}")
             continue
         shared = compiled.metadata.shared
-        fits = shared <= SHARED_LIMIT
+        fits = shared <= limit
         failures += not fits
         print(f"{'ok  ' if fits else 'FAIL'} {name} (warps {num_warps}, stages {num_stages}): shared memory "
-              f"{shared} of {SHARED_LIMIT} bytes, compiled in {time.monotonic() - start:.1f} s"
+              f"{shared} of {limit} bytes, compiled in {time.monotonic() - start:.1f} s"
               + (f", {resource_usage(compiled.asm['cubin'])}" if registers else ""))
-    return 1 if failures else 0
+    return failures
 
 
 if __name__ == "__main__":
