@@ -5,7 +5,7 @@
 
 import torch
 
-from gdn2edu.chunk_kernels import (INTRA_TILES, MID_LIMIT, WY_TILES, _Plan, _block_width, _chunk_of_program,
+from gdn2edu.chunk_kernels import (INTRA_TILES, WY_TILES, _Plan, _block_width, _chunk_of_program,
                                    _forward_output, _forward_states, _load, _load_tile, _on_device, _plan, _tile,
                                    chunk_gdn2_fwd)
 
@@ -200,19 +200,22 @@ def _subchunk_pullbacks(b_bk, b_qb, b_rk, q, k, b, Gc, dA, dAqk, b_G, b_aL, b_aR
 
 
 @triton.jit
-def chunk_gdn2_bwd_inputs_kernel(q, k, b, Gc, P, R, do, h, ht, dh, dA, dAqk, dq, dk, dg, db,
+def chunk_gdn2_bwd_inputs_kernel(q, k, b, Gc, P, R, do, h, ht, dh, dA, dAqk, dq, dk, dg, db, flags,
                                  cu_seqlens, chunk_indices, scale, H: tl.constexpr, K: tl.constexpr,
                                  V: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
-                                 BV: tl.constexpr, MID_LIMIT: tl.constexpr, SAFE_GATE: tl.constexpr,
-                                 DOT: tl.constexpr):
+                                 BV: tl.constexpr, MODE: tl.constexpr, DOT: tl.constexpr):
     """One (chunk, head, key block), all BT rows at once: the direct terms -P S^T, O_bar S^T, R S_bar'^T and
     the endpoint by value blocks, then both sides of the pairwise pullbacks one sub-chunk at a time (its
-    columns of D and H_q against its keys, its rows against every key), then the chain rule. If the chunk's
-    midpoint factors fit MID_LIMIT (always, with SAFE_GATE) each sub-chunk is anchored at its midpoint; else at
-    its last row (for the rows after it) and its first row (for the keys before it), and the 16 x 16 diagonal
-    blocks are taken token by token. Writes dq, dk, db and dg (the reverse cumulative sum over the chunk plus the
+    columns of D and H_q against its keys, its rows against every key), then the chain rule. MODE 0: every
+    sub-chunk anchored at its midpoint (safe_gate); MODE 1: the same, for the chunks whose flag (from the
+    forward's intra kernel) lacks bit 1; MODE 2: only the chunks with bit 1, each sub-chunk anchored at its last
+    row (for the rows after it) and its first row (for the keys before it), where every factor is at most 1,
+    and the 16 x 16 diagonal blocks token by token. Writes dq, dk, db and dg (the reverse cumulative sum over the chunk plus the
     endpoint), each in the type of its input."""
     i_t, i_h, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    if MODE != 0:
+        if (tl.load(flags + i_t * H + i_h) // 2 == 1) != (MODE == 2):
+            return
     bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)
     i_n = tl.load(chunk_indices + 2 * i_t).to(tl.int64)
     o_t, o_c = tl.arange(0, BT), tl.arange(0, BC)
@@ -241,19 +244,7 @@ def chunk_gdn2_bwd_inputs_kernel(q, k, b, Gc, P, R, do, h, ht, dh, dA, dAqk, dq,
     b_bk = -b_Pd * b_gam                                   # adjoint of b * k, direct part
     b_qb = b_Qb * b_gam                                    # adjoint of scale * q, direct part
     b_rk = b_Kb * tl.exp2(_G_row(Gc + p_qk, t0 + BT - 1, c0, T, K, H * K, BK)[None, :] - b_G)  # * gamma_n / gamma
-    # midpoint anchors if the largest factor 2^e they form, times the largest operand it scales in a float16
-    # product, stays within 2^MID_LIMIT; else every factor at most 1 and the diagonal blocks token by token
-    e = 0.0
-    if not SAFE_GATE:
-        b_G3 = tl.reshape(b_G, (BT // BC, BC, BK))                             # [sub-chunk, row, channel]
-        b_m3 = tl.sum(tl.where(o_c[None, :, None] == BC // 2, b_G3, 0.0), axis=1)
-        e = tl.max(tl.maximum(tl.max(b_G3, axis=1) - b_m3, b_m3 - tl.min(b_G3, axis=1)))
-        if CT == tl.float16:
-            b_k = _load(k + p_qk, t0, c0, T, K, H * K, BT, BK)
-            b_x = tl.maximum(tl.abs(b_k) * tl.maximum(tl.abs(_load(b + p_qk, t0, c0, T, K, H * K, BT, BK)), 1.0),
-                             scale * tl.abs(_load(q + p_qk, t0, c0, T, K, H * K, BT, BK)))
-            e += tl.log2(tl.maximum(tl.max(b_x), 1.0))
-    if e <= MID_LIMIT:
+    if MODE != 2:
         for c in range(0, BT // BC):
             b_m = _G_row(Gc + p_qk, t0 + c * BC + BC // 2, c0, T, K, H * K, BK)     # the anchor: its midpoint
             b_bk, b_qb, b_rk = _subchunk_pullbacks(b_bk, b_qb, b_rk, q, k, b, Gc, dA, dAqk, b_G, b_m, b_m,
@@ -300,23 +291,17 @@ def chunk_gdn2_bwd_inputs_kernel(q, k, b, Gc, P, R, do, h, ht, dh, dA, dAqk, dq,
     tl.store(p_x, b_dg.to(p_x.dtype.element_ty), mask=m_x)
 
 
-def _operand_limit(store):
-    """MID_LIMIT for the backward's 16-bit operands: a float16 operand overflows at 2^16, so a midpoint factor
-    2^e times the largest |k|, |b k| or |scale q| must stay within 2^14 there; other types take the forward's
-    MID_LIMIT."""
-    return 14.0 if store == torch.float16 else MID_LIMIT
-
-
 def _input_grads(q, k, g, b, f, do, P, dh, dA, dAqk, p: _Plan):
     """Launch the inputs kernel on f (with G and ht). Returns (dq, dk, dg, db), each [B, T, H, K] in the type
     of its input."""
     BKI = _block_width(p.K, BWD_INPUTS_TILES["BK"])
     BV = _block_width(p.V, BWD_INPUTS_TILES["BV"])
     dq, dk, dg, db = (torch.empty_like(x) for x in (q, k, g, b))
-    chunk_gdn2_bwd_inputs_kernel[(p.chunks.shape[0], p.H, triton.cdiv(p.K, BKI))](
-        q, k, b, f["G"], P, f["R"], do, f["h"], f["ht"], dh, dA, dAqk, dq, dk, dg, db, p.cu, p.chunks, p.scale,
-        H=p.H, K=p.K, V=p.V, BT=64, BC=16, BK=BKI, BV=BV, MID_LIMIT=_operand_limit(p.store),
-        SAFE_GATE=p.safe_gate, DOT=p.DOT, num_warps=BWD_INPUTS_TILES["num_warps"], num_stages=BWD_INPUTS_TILES["num_stages"])
+    for mode in (0,) if p.safe_gate else (1, 2):    # midpoint anchors, then the flagged chunks token by token
+        chunk_gdn2_bwd_inputs_kernel[(p.chunks.shape[0], p.H, triton.cdiv(p.K, BKI))](
+            q, k, b, f["G"], P, f["R"], do, f["h"], f["ht"], dh, dA, dAqk, dq, dk, dg, db, f["flags"], p.cu,
+            p.chunks, p.scale, H=p.H, K=p.K, V=p.V, BT=64, BC=16, BK=BKI, BV=BV, MODE=mode, DOT=p.DOT,
+            num_warps=BWD_INPUTS_TILES["num_warps"], num_stages=BWD_INPUTS_TILES["num_stages"])
     return dq, dk, dg, db
 
 
@@ -352,7 +337,7 @@ def chunk_gdn2_backward_triton(q, k, v, g, b, w, do, scale=None, initial_state=N
         return _backward(q, k, v, g, b, w, initial_state, do, None if dht is None else dht.contiguous(), p)
 
 
-SAVED = ("A", "Aqk", "AE", "KG", "QG", "GN", "h", "R", "ht", "G")     # what the backward reads of the forward
+SAVED = ("A", "Aqk", "AE", "KG", "QG", "GN", "h", "R", "ht", "G", "flags")   # what the backward reads of the forward
 
 
 class ChunkGDN2TritonFunction(torch.autograd.Function):

@@ -79,20 +79,6 @@ def _scores(b_qr, b_er, b_m, b_k, b_gk, DOT: tl.constexpr):
 
 
 @triton.jit
-def _midpoint_exponent(g, bos, T, t0, i_h, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
-                       BK: tl.constexpr):
-    """The largest base-2 exponent e that midpoint anchors put on a chunk's factors, 2^(G_i - m) and 2^(m - G_j),
-    over its sub-chunks and key channels: the largest distance of G from the midpoint's value within a sub-chunk."""
-    e = 0.0
-    for i_k in range(tl.cdiv(K, BK)):
-        b_G = tl.cumsum(_load(g + (bos * H + i_h) * K, t0, i_k * BK, T, K, H * K, BT, BK) * 1.4426950408889634, axis=0)
-        b_G = tl.reshape(b_G, (BT // BC, BC, BK))                                # [sub-chunk, row, channel]
-        b_m = tl.sum(tl.where(tl.arange(0, BC)[None, :, None] == BC // 2, b_G, 0.0), axis=1)
-        e = tl.maximum(e, tl.max(tl.maximum(tl.max(b_G, axis=1) - b_m, b_m - tl.min(b_G, axis=1))))
-    return e
-
-
-@triton.jit
 def _pairwise_scores(b_q, b_e, b_k, b_g, BC: tl.constexpr):
     """A diagonal block token by token: column j of (E Y^T, Q Y^T) is sum_c (row)_ic k_jc 2^(G_ic - G_jc) for
     rows i >= j. Every factor is at most 1, whatever the gates; entries above the diagonal are zero."""
@@ -108,41 +94,53 @@ def _pairwise_scores(b_q, b_e, b_k, b_g, BC: tl.constexpr):
 
 
 @triton.jit
-def _diagonal_scores(b_q, b_e, b_k, b_g, PAIRWISE: tl.constexpr, BC: tl.constexpr, DOT: tl.constexpr):
-    """A diagonal block (E_a Y_a^T, Q_a Y_a^T), [BC, BC] each: token by token, or one product with the midpoint
-    anchor (where the caller has checked that its factors fit)."""
+def _diagonal_scores(b_q, b_e, b_k, b_g, b_last, PAIRWISE: tl.constexpr, BC: tl.constexpr, DOT: tl.constexpr):
+    """A diagonal block (E_a Y_a^T, Q_a Y_a^T), [BC, BC] each, token by token or by one product with the midpoint
+    anchor m; and the largest base-2 exponent e the midpoint puts on a factor, max(G_first - m, m - G_last) over
+    the channels (b_last: G on the last row), which decides whether that product was safe (0 when PAIRWISE)."""
     if PAIRWISE:
         b_l, b_s = _pairwise_scores(b_q, b_e, b_k, b_g, BC)
+        e = 0.0
     else:
         b_m = _row(b_g, BC // 2, BC)
         b_qr, b_er = _anchored_rows(b_q, b_e, b_g, b_m)
         b_l, b_s = _scores(b_qr, b_er, b_m, b_k, b_g, DOT)
-    return b_l, b_s
+        e = tl.max(tl.maximum(_row(b_g, 0, BC) - b_m, b_m - b_last))
+    return b_l, b_s, e
 
 
 @triton.jit
-def _chunk_scores(q, k, g, b, bos, T, t0, i_h, H: tl.constexpr, K: tl.constexpr, BC: tl.constexpr,
-                  BK: tl.constexpr, PAIRWISE: tl.constexpr, DOT: tl.constexpr):
+def _chunk_scores(q, k, g, b, bos, T, t0, i_h, scale, H: tl.constexpr, K: tl.constexpr, BC: tl.constexpr,
+                  BK: tl.constexpr, PAIRWISE: tl.constexpr, CHECK_OPERANDS: tl.constexpr, DOT: tl.constexpr):
     """The ten [BC, BC] blocks (a, c), c <= a, of L_<=(E Y^T) and L_<=(Q Y^T) of one chunk, accumulated over key
     blocks: the diagonal blocks token by token (PAIRWISE) or on the midpoint anchor, the blocks below with the
-    rows of sub-chunk a anchored at its first row, where every factor is at most 1."""
+    rows of sub-chunk a anchored at its first row, where every factor is at most 1. Also the largest midpoint
+    exponent e of the chunk and the largest |k|, |b k|, |scale q| (what a midpoint factor multiplies)."""
+    e, amax = 0.0, 0.0
     z = tl.zeros([BC, BC], dtype=tl.float32)
     b_L00, b_L11, b_L22, b_L33, b_L10, b_L20, b_L21, b_L30, b_L31, b_L32 = z, z, z, z, z, z, z, z, z, z
     b_S00, b_S11, b_S22, b_S33, b_S10, b_S20, b_S21, b_S30, b_S31, b_S32 = z, z, z, z, z, z, z, z, z, z
     for i_k in range(tl.cdiv(K, BK)):          # the scores are sums over the key axis: accumulate by blocks
         b_p = tl.zeros([BK], dtype=tl.float32)
-        b_q0, b_e0, b_k0, b_g0, b_p = _sub_chunk(q, k, b, g, bos, T, t0, i_h, i_k, b_p, H, K, BC, BK)
-        b_q1, b_e1, b_k1, b_g1, b_p = _sub_chunk(q, k, b, g, bos, T, t0 + BC, i_h, i_k, b_p, H, K, BC, BK)
-        b_q2, b_e2, b_k2, b_g2, b_p = _sub_chunk(q, k, b, g, bos, T, t0 + 2 * BC, i_h, i_k, b_p, H, K, BC, BK)
-        b_q3, b_e3, b_k3, b_g3, b_p = _sub_chunk(q, k, b, g, bos, T, t0 + 3 * BC, i_h, i_k, b_p, H, K, BC, BK)
-        b_l, b_s = _diagonal_scores(b_q0, b_e0, b_k0, b_g0, PAIRWISE, BC, DOT)
-        b_L00, b_S00 = b_L00 + b_l, b_S00 + b_s
-        b_l, b_s = _diagonal_scores(b_q1, b_e1, b_k1, b_g1, PAIRWISE, BC, DOT)
-        b_L11, b_S11 = b_L11 + b_l, b_S11 + b_s
-        b_l, b_s = _diagonal_scores(b_q2, b_e2, b_k2, b_g2, PAIRWISE, BC, DOT)
-        b_L22, b_S22 = b_L22 + b_l, b_S22 + b_s
-        b_l, b_s = _diagonal_scores(b_q3, b_e3, b_k3, b_g3, PAIRWISE, BC, DOT)
-        b_L33, b_S33 = b_L33 + b_l, b_S33 + b_s
+        b_q0, b_e0, b_k0, b_g0, b_last0 = _sub_chunk(q, k, b, g, bos, T, t0, i_h, i_k, b_p, H, K, BC, BK)
+        b_q1, b_e1, b_k1, b_g1, b_last1 = _sub_chunk(q, k, b, g, bos, T, t0 + BC, i_h, i_k, b_last0, H, K, BC, BK)
+        b_q2, b_e2, b_k2, b_g2, b_last2 = _sub_chunk(q, k, b, g, bos, T, t0 + 2 * BC, i_h, i_k, b_last1,
+                                                     H, K, BC, BK)
+        b_q3, b_e3, b_k3, b_g3, b_last3 = _sub_chunk(q, k, b, g, bos, T, t0 + 3 * BC, i_h, i_k, b_last2,
+                                                     H, K, BC, BK)
+        if CHECK_OPERANDS:
+            amax = tl.maximum(amax, _largest(b_q0, b_e0, b_k0, scale))
+            amax = tl.maximum(amax, _largest(b_q1, b_e1, b_k1, scale))
+            amax = tl.maximum(amax, _largest(b_q2, b_e2, b_k2, scale))
+            amax = tl.maximum(amax, _largest(b_q3, b_e3, b_k3, scale))
+        b_l, b_s, e_a = _diagonal_scores(b_q0, b_e0, b_k0, b_g0, b_last0, PAIRWISE, BC, DOT)
+        b_L00, b_S00, e = b_L00 + b_l, b_S00 + b_s, tl.maximum(e, e_a)
+        b_l, b_s, e_a = _diagonal_scores(b_q1, b_e1, b_k1, b_g1, b_last1, PAIRWISE, BC, DOT)
+        b_L11, b_S11, e = b_L11 + b_l, b_S11 + b_s, tl.maximum(e, e_a)
+        b_l, b_s, e_a = _diagonal_scores(b_q2, b_e2, b_k2, b_g2, b_last2, PAIRWISE, BC, DOT)
+        b_L22, b_S22, e = b_L22 + b_l, b_S22 + b_s, tl.maximum(e, e_a)
+        b_l, b_s, e_a = _diagonal_scores(b_q3, b_e3, b_k3, b_g3, b_last3, PAIRWISE, BC, DOT)
+        b_L33, b_S33, e = b_L33 + b_l, b_S33 + b_s, tl.maximum(e, e_a)
         b_f = _row(b_g1, 0, BC)
         b_qr, b_er = _anchored_rows(b_q1, b_e1, b_g1, b_f)
         b_l, b_s = _scores(b_qr, b_er, b_f, b_k0, b_g0, DOT)
@@ -162,7 +160,13 @@ def _chunk_scores(q, k, g, b, bos, T, t0, i_h, H: tl.constexpr, K: tl.constexpr,
         b_l, b_s = _scores(b_qr, b_er, b_f, b_k2, b_g2, DOT)
         b_L32, b_S32 = b_L32 + b_l, b_S32 + b_s
     return (b_L00, b_L11, b_L22, b_L33, b_L10, b_L20, b_L21, b_L30, b_L31, b_L32,
-            b_S00, b_S11, b_S22, b_S33, b_S10, b_S20, b_S21, b_S30, b_S31, b_S32)
+            b_S00, b_S11, b_S22, b_S33, b_S10, b_S20, b_S21, b_S30, b_S31, b_S32, e, amax)
+
+
+@triton.jit
+def _largest(b_q, b_e, b_k, scale):
+    """The largest of |scale q|, |b k| and |k| on a tile."""
+    return tl.max(tl.maximum(tl.maximum(tl.abs(b_q) * scale, tl.abs(b_e)), tl.abs(b_k)))
 
 
 @triton.jit
@@ -195,25 +199,27 @@ def _store_block(A, bos, T, i_h, row0, col0, b_x, H: tl.constexpr, BT: tl.conste
 
 
 @triton.jit
-def chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, cu_seqlens, chunk_indices, scale,
+def chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, flags, cu_seqlens, chunk_indices, scale,
                                 H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
-                                BK: tl.constexpr, MID_LIMIT: tl.constexpr, SAFE_GATE: tl.constexpr,
-                                DOT: tl.constexpr):
-    """One (chunk, head): A = (I + L)^{-1} and Aqk = scale * L_<=(Q_g Y^T), written as [T, H, BT] rows."""
+                                BK: tl.constexpr, MODE: tl.constexpr, MID_LIMIT: tl.constexpr,
+                                OPERAND_LIMIT: tl.constexpr, DOT: tl.constexpr):
+    """One (chunk, head): A = (I + L)^{-1} and Aqk = scale * L_<=(Q_g Y^T), written as [T, H, BT] rows.
+    MODE 0: midpoint anchors on the diagonal blocks, unchecked (safe_gate). MODE 1: the same, and the chunk's
+    flags [chunks, H] int32 written: bit 0 when a midpoint exponent passed MID_LIMIT (the blocks must be redone),
+    bit 1 when it passed OPERAND_LIMIT less log2 of the largest operand (the backward's test, for float16).
+    MODE 2: only the chunks with bit 0, their diagonal blocks token by token."""
     i_t, i_h = tl.program_id(0), tl.program_id(1)
+    if MODE == 2:
+        if tl.load(flags + i_t * H + i_h) % 2 == 0:
+            return
     bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)
-    # one decision per chunk: midpoint anchors on the diagonal blocks if their factors fit, else token by token
-    e = 0.0
-    if not SAFE_GATE:
-        e = _midpoint_exponent(g, bos, T, t0, i_h, H, K, BT, BC, BK)
-    if e <= MID_LIMIT:
-        (b_L00, b_L11, b_L22, b_L33, b_L10, b_L20, b_L21, b_L30, b_L31, b_L32,
-         b_S00, b_S11, b_S22, b_S33, b_S10, b_S20, b_S21, b_S30, b_S31, b_S32) = _chunk_scores(
-            q, k, g, b, bos, T, t0, i_h, H, K, BC, BK, False, DOT)
-    else:
-        (b_L00, b_L11, b_L22, b_L33, b_L10, b_L20, b_L21, b_L30, b_L31, b_L32,
-         b_S00, b_S11, b_S22, b_S33, b_S10, b_S20, b_S21, b_S30, b_S31, b_S32) = _chunk_scores(
-            q, k, g, b, bos, T, t0, i_h, H, K, BC, BK, True, DOT)
+    (b_L00, b_L11, b_L22, b_L33, b_L10, b_L20, b_L21, b_L30, b_L31, b_L32,
+     b_S00, b_S11, b_S22, b_S33, b_S10, b_S20, b_S21, b_S30, b_S31, b_S32, e, amax) = _chunk_scores(
+        q, k, g, b, bos, T, t0, i_h, scale, H, K, BC, BK, MODE == 2, OPERAND_LIMIT < MID_LIMIT, DOT)
+    if MODE == 1:
+        unsafe_here = (e > MID_LIMIT).to(tl.int32)
+        unsafe_for_operands = (e + tl.log2(tl.maximum(amax, 1.0)) > OPERAND_LIMIT).to(tl.int32)
+        tl.store(flags + i_t * H + i_h, unsafe_here + 2 * tl.maximum(unsafe_here, unsafe_for_operands))
 
     o_c = tl.arange(0, BC)
     m_strict = o_c[:, None] > o_c[None, :]
@@ -423,6 +429,13 @@ class _Plan(NamedTuple):
 # (base 2). At 60 a factor times a factor stays below 2^120, inside float32's 2^128 even for the entries that
 # are masked out afterwards, and g >= -5 (8 tokens to the midpoint, 5 / ln 2 each: e <= 57.7) always passes.
 MID_LIMIT = 60.0
+
+
+def _operand_limit(store):
+    """The limit for midpoint factors that multiply operands stored in ``store`` (the backward's products): a
+    float16 operand overflows at 2^16, so 2^e times the largest |k|, |b k| or |scale q| must stay within 2^14;
+    other types take MID_LIMIT."""
+    return 14.0 if store == torch.float16 else MID_LIMIT
 _KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -465,7 +478,8 @@ def _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p: _Pla
     """The intra, WY and scan launches on contiguous inputs. Returns the dict of their results: A, Aqk
     [B, T, H, 64] float32; AE, QG, KG [B, T, H, K], AZ, R [B, T, H, V] and h [chunks, H, K, V] in p.store;
     GN [chunks, H, K] float32; ht [N, H, K, V] float32 or None; G, the base-2 G from each chunk's start
-    [B, T, H, K] float32, if store_G (else None)."""
+    [B, T, H, K] float32, if store_G (else None); flags [chunks, H] int32 from the intra kernel (None with
+    safe_gate)."""
     BT, BC = 64, 16
     B, T, H, K, V = p.B, p.T, p.H, p.K, p.V
     BK = _block_width(K)
@@ -473,10 +487,12 @@ def _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p: _Pla
     n_chunks = p.chunks.shape[0]
     A = torch.empty(B, T, H, BT, dtype=torch.float32, device=q.device)
     Aqk = torch.empty_like(A)
-    chunk_gdn2_fwd_intra_kernel[(n_chunks, H)](
-        q, k, g, b, A, Aqk, p.cu, p.chunks, p.scale, H=H, K=K, BT=BT, BC=BC, BK=min(BK, INTRA_TILES["BK"]),
-        MID_LIMIT=MID_LIMIT, SAFE_GATE=p.safe_gate, DOT=p.DOT, num_warps=INTRA_TILES["num_warps"],
-        num_stages=INTRA_TILES["num_stages"])
+    flags = None if p.safe_gate else torch.empty(n_chunks, H, dtype=torch.int32, device=q.device)
+    for mode in (0,) if p.safe_gate else (1, 2):     # midpoint (and flag), then token by token where flagged
+        chunk_gdn2_fwd_intra_kernel[(n_chunks, H)](
+            q, k, g, b, A, Aqk, flags, p.cu, p.chunks, p.scale, H=H, K=K, BT=BT, BC=BC,
+            BK=min(BK, INTRA_TILES["BK"]), MODE=mode, MID_LIMIT=MID_LIMIT, OPERAND_LIMIT=_operand_limit(p.store),
+            DOT=p.DOT, num_warps=INTRA_TILES["num_warps"], num_stages=INTRA_TILES["num_stages"])
     like = dict(dtype=p.store, device=q.device)
     AE, KG, QG = (torch.empty(B, T, H, K, **like) for _ in range(3))
     AZ, R = torch.empty(B, T, H, V, **like), torch.empty(B, T, H, V, **like)
@@ -494,7 +510,7 @@ def _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p: _Pla
         USE_INITIAL_STATE=h0 is not None, STORE_FINAL_STATE=ht is not None, DOT=p.DOT,
         num_warps=SCAN_TILES["num_warps"] if BK > 64 else 4,
         num_stages=SCAN_TILES["num_stages"] if p.store != torch.float32 else 1)  # fp32 tiles fill shared memory
-    return dict(A=A, Aqk=Aqk, AE=AE, AZ=AZ, KG=KG, QG=QG, GN=GN, h=h, R=R, ht=ht, G=G)
+    return dict(A=A, Aqk=Aqk, AE=AE, AZ=AZ, KG=KG, QG=QG, GN=GN, h=h, R=R, ht=ht, G=G, flags=flags)
 
 
 def _output_value_block(K, V):

@@ -30,7 +30,7 @@ from gdn2edu import fused_recurrent as fr  # noqa: E402
 # shared memory one block may use (CUDA's "shared memory per block, opt-in")
 TARGETS = {"sm_90": (GPUTarget("cuda", 90, 32), 232448), "sm_80": (GPUTarget("cuda", 80, 32), 166912),
            "sm_89": (GPUTarget("cuda", 89, 32), 101376)}
-INT_POINTERS = {"cu_seqlens", "chunk_indices", "chunk_offsets"}
+INT_POINTERS = {"cu_seqlens", "chunk_indices", "chunk_offsets", "flags"}
 H = 16
 # the backward's 16-bit tensors with bf16 inputs: the inputs, their gradients and the stored intermediates
 BWD_BF16 = ("q", "k", "v", "b", "w", "do", "QG", "AE", "KG", "dR", "dh", "R", "P", "h", "dA", "dAqk",
@@ -63,9 +63,9 @@ def launches(K, V):
     scan_bv = 64 if bscan["BV"] == "auto" else bscan["BV"]         # "auto" picks at most 64: the largest tiles
     fused_bv = min(V, max(8, 2048 // K))
     return [
-        (ck.chunk_gdn2_fwd_intra_kernel, dict(H=H, K=K, BT=64, BC=16, BK=intra["BK"], MID_LIMIT=ck.MID_LIMIT,
-                                              SAFE_GATE=False, DOT="ieee"),
-         intra["num_warps"], intra["num_stages"], ()),
+        *((ck.chunk_gdn2_fwd_intra_kernel, dict(H=H, K=K, BT=64, BC=16, BK=intra["BK"], MODE=mode,
+                                                MID_LIMIT=ck.MID_LIMIT, OPERAND_LIMIT=14.0, DOT="ieee"),
+           intra["num_warps"], intra["num_stages"], ()) for mode in (1, 2)),
         (ck.chunk_gdn2_fwd_wy_kernel, dict(H=H, K=K, V=V, BT=64, BK=wy["BK"], BV=wy["BV"], STORE_G=True,
                                            DOT="ieee"),
          wy["num_warps"], 2, ()),
@@ -83,9 +83,9 @@ def launches(K, V):
              bscan["num_warps"], bscan["num_stages"] if pointers else 1, pointers),
             (cb.chunk_gdn2_bwd_local_kernel, dict(H=H, V=V, BT=64, BV=blocal["BV"], DOT=dot),
              blocal["num_warps"], blocal["num_stages"], pointers),
-            (cb.chunk_gdn2_bwd_inputs_kernel, dict(H=H, K=K, V=V, BT=64, BC=16, BK=binputs["BK"], BV=binputs["BV"],
-                                                   MID_LIMIT=ck.MID_LIMIT, SAFE_GATE=False, DOT=dot),
-             binputs["num_warps"], binputs["num_stages"], pointers))),
+            *((cb.chunk_gdn2_bwd_inputs_kernel, dict(H=H, K=K, V=V, BT=64, BC=16, BK=binputs["BK"], BV=binputs["BV"],
+                                                   MODE=mode, DOT=dot),
+             binputs["num_warps"], binputs["num_stages"], pointers) for mode in (1, 2)))),
         (fr._fused_recurrent_gdn2_fwd_kernel, dict(H=H, K=K, V=V, BK=K, BV=fused_bv, USE_INITIAL_STATE=True,
                                                    STORE_FINAL_STATE=True), 1, 1, ()),
     ]
