@@ -97,7 +97,7 @@ def _reverse_scan(f, do, dht, p: _Plan, want_dh0):
         f["Aqk"], f["QG"], f["AE"], f["KG"], f["GN"], do, dR, dh, dht, dh0, p.cu, p.chunk_offsets,
         H=p.H, K=p.K, V=p.V, BT=64, BK=BK, BV=BV, USE_FINAL_GRAD=dht is not None,
         STORE_INITIAL_GRAD=want_dh0, DOT=p.DOT, num_warps=BWD_SCAN_TILES["num_warps"],
-        num_stages=BWD_SCAN_TILES["num_stages"] if p.store != torch.float32 else 1)
+        num_stages=BWD_SCAN_TILES["num_stages"] if p.store != torch.float32 and p.K <= 128 else 1)
     return dR, dh, dh0
 
 

@@ -509,7 +509,8 @@ def _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p: _Pla
         AE, AZ, KG, GN, h, R, h0, ht, p.cu, p.chunk_offsets, H=H, K=K, V=V, BT=BT, BK=BK, BV=BV,
         USE_INITIAL_STATE=h0 is not None, STORE_FINAL_STATE=ht is not None, DOT=p.DOT,
         num_warps=SCAN_TILES["num_warps"] if BK > 64 else 4,
-        num_stages=SCAN_TILES["num_stages"] if p.store != torch.float32 else 1)  # fp32 tiles fill shared memory
+        num_stages=SCAN_TILES["num_stages"] if p.store != torch.float32 and K <= 128 else 1)  # else they fill
+    # shared memory: float32 tiles, or K = 256, where Triton 3.6 asked 288 KiB of an H200's 227 for four stages
     return dict(A=A, Aqk=Aqk, AE=AE, AZ=AZ, KG=KG, QG=QG, GN=GN, h=h, R=R, ht=ht, G=G, flags=flags)
 
 
