@@ -493,12 +493,13 @@ def build_deck(md_path: Path, nb, index: BookIndex) -> tuple[str, list[tuple[str
         subs: list[str] = []                             # finished sub-slides of this section
         current = [f"<h2>{heading_html}</h2>"]           # the sub-slide being filled
         heavy, lead_done, previous_para, previous_shown = 0, False, "", False
+        sub_heading = heading_html                       # the ### heading in force, for continuation slides
 
         def close(continued=True):
             nonlocal current, heavy
             if len(current) > 1 or not subs:
                 subs.append("".join(current))
-            current = [f"<h3>{heading_html}</h3>"] if continued else []
+            current = [f"<h3>{sub_heading}</h3>"] if continued else []
             heavy = 0
 
         for k, block in enumerate(blocks):
@@ -506,10 +507,11 @@ def build_deck(md_path: Path, nb, index: BookIndex) -> tuple[str, list[tuple[str
                 continue
             if block.kind == "marked":                   # opted in: the whole cell, on its own sub-slide
                 close()
-                subs.append(f"<h3>{heading_html}</h3>" + render.inline(block.text))
+                subs.append(f"<h3>{sub_heading}</h3>" + render.inline(block.text))
             elif block.kind == "heading":
                 close()
-                current = [f"<h3>{render.inline_text(block.text)}</h3>"]
+                sub_heading = render.inline_text(block.text)
+                current = [f"<h3>{sub_heading}</h3>"]
             elif block.kind in ("para", "table"):
                 fenced = block.text.lstrip().startswith(("```", "~~~"))
                 shown = (full_text or (not lead_done and block.kind == "para")
@@ -570,6 +572,7 @@ TEMPLATE = """<!doctype html>
 .reveal {{ font-size: 28px; }}
 .reveal h1 {{ font-size: 1.9em; }} .reveal h2 {{ font-size: 1.4em; }} .reveal h3 {{ font-size: 1.0em; }}
 .reveal section {{ text-align: left; }}
+.reveal .slides section {{ height: 100%; overflow-y: auto; }}
 .reveal pre {{ font-size: 0.55em; width: 100%; box-shadow: none; }}
 .reveal pre.output {{ background: #f6f6f6; padding: 0.4em; }}
 .reveal img.figure {{ display: block; margin: 0 auto; max-height: 560px; max-width: 100%; }}
