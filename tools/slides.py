@@ -143,14 +143,7 @@ def chapter_name(doc: str, index: BookIndex) -> str:
 
 def resolve_doc(target: str, here: str) -> str:
     """A {doc} target relative to the page `here` -> a doc path such as 'chapters/02_unrolling_one_chunk'."""
-    path = (Path(here).parent / target).as_posix()
-    parts = []
-    for part in path.split("/"):
-        if part == "..":
-            parts.pop() if parts else None
-        elif part not in ("", "."):
-            parts.append(part)
-    return "/".join(parts)
+    return os.path.normpath(Path(here).parent / target).replace(os.sep, "/")
 
 
 # ---------------------------------------------------------------------------------------------------------
