@@ -98,6 +98,12 @@ def test_deck_is_built_complete_and_clean(root, built, chapter):
     assert all(f'"{name}"' in script for name in macros)
 
 
+def test_index_links_every_deck(built):
+    soup = BeautifulSoup((built / "slides" / "index.html").read_text(), "html.parser")
+    links = {a["href"] for a in soup.find_all("a")}
+    assert {f"{chapter}.slides.html" for chapter in CHAPTERS} <= links
+
+
 def test_chapter_with_figures_has_its_figures_and_numbered_equations(root, built):
     chapter = "02_unrolling_one_chunk"
     soup = BeautifulSoup((built / "slides" / f"{chapter}.slides.html").read_text(), "html.parser")

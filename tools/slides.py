@@ -647,7 +647,25 @@ def main(argv=None) -> int:
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         list(pool.map(lambda p: write_chapter(p, index, args.out, args.figures, args.timeout,
                                               cache_dir=args.cache), chapters))
+    write_index(args.out, args.figures, index)
     return 0
+
+
+def write_index(out_dir: Path, figure_dir: Path, index: BookIndex):
+    """_build/slides/index.html: every deck built so far, with its chapter's title and figure folder."""
+    rows = []
+    for md_path in chapter_paths():
+        deck = out_dir / f"{md_path.stem}.slides.html"
+        if deck.exists():
+            doc = md_path.relative_to(ROOT).with_suffix("").as_posix()
+            figures = figure_dir / md_path.stem
+            n_fig = len(list(figures.glob("fig-*"))) if figures.exists() else 0
+            link = os.path.relpath(figures, out_dir).replace(os.sep, "/")
+            rows.append(f'<li><a href="{deck.name}">{html.escape(chapter_name(doc, index))}</a>'
+                        f' &middot; <a href="{link}/">{n_fig} figures</a></li>')
+    (out_dir / "index.html").write_text(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Lecture decks</title></head>"
+        f"<body><h1>Lecture decks</h1><ul>{''.join(rows)}</ul></body></html>\n")
 
 
 if __name__ == "__main__":
