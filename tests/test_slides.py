@@ -1,0 +1,173 @@
+"""The lecture kit: tools/slides.py builds a reveal.js deck per chapter from the chapter sources.
+
+Building every deck executes every chapter (the book test already does that once), so this test builds a
+subset from scratch: Chapter 0 (no figures) and Chapter 2 (figures, equations, a definition, citations, glue).
+"""
+
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import nbformat
+import pytest
+import yaml
+from bs4 import BeautifulSoup
+
+CHAPTERS = ("00_read_me_first", "02_unrolling_one_chunk")
+RAW_MYST = re.compile(r"\{[a-z]+(?::[a-z]+)?\}`|:::\{|```\{|^\([\w-]+\)=\s*$|^:label:|^:class:", re.M)
+FIGURE_MIMES = ("image/svg+xml", "image/png")
+
+
+def load_slides(root):
+    spec = importlib.util.spec_from_file_location("gdn2edu_tools_slides", root / "tools" / "slides.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module                      # dataclasses look their module up while defining
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def built(root, tmp_path_factory):
+    """Decks, figures and executed notebooks in a fresh folder: nothing comes from an earlier run."""
+    out = tmp_path_factory.mktemp("slides")
+    result = subprocess.run(
+        [sys.executable, str(root / "tools" / "slides.py"), "--chapters", *CHAPTERS,
+         "--out", str(out / "slides"), "--figures", str(out / "figures"), "--cache", str(out / "executed")],
+        cwd=root, capture_output=True, text=True)
+    assert result.returncode == 0, f"slides.py failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return out
+
+
+def visible_text(soup):
+    """The deck's text outside code, where MyST syntax would be a rendering failure."""
+    soup = BeautifulSoup(str(soup), "html.parser")
+    for node in soup.select("pre, code, script, style"):
+        node.decompose()
+    return soup.get_text("\n")
+
+
+def expected_figures(executed):
+    count = 0
+    for cell in executed.cells:
+        for out in cell.get("outputs", []):
+            if "scrapbook" not in out.get("metadata", {}) and any(m in out.get("data", {}) for m in FIGURE_MIMES):
+                count += 1
+    return count
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_deck_is_built_complete_and_clean(root, built, chapter):
+    deck_path = built / "slides" / f"{chapter}.slides.html"
+    assert deck_path.exists() and deck_path.stat().st_size > 2000
+    soup = BeautifulSoup(deck_path.read_text(), "html.parser")
+    source = (root / "chapters" / f"{chapter}.md").read_text()
+
+    # non-empty: a title slide with the chapter's title, and one slide (stack) per ## section
+    slides = soup.select("div.slides > section")
+    title = re.search(r"^# (.+)$", source, flags=re.M).group(1)
+    assert slides[0].h1 and slides[0].h1.get_text().strip() == title.replace("`", "")
+    sections = re.findall(r"^## (.+)$", source, flags=re.M)
+    assert len(slides) == 1 + len(sections) and len(sections) >= 3
+
+    # every figure the executed chapter drew is in the deck, and written as a standalone file
+    executed = nbformat.read(built / "executed" / f"{chapter}.ipynb", as_version=4)
+    n_fig = expected_figures(executed)
+    images = soup.select("img.figure")
+    assert len(images) == n_fig
+    files = sorted((built / "figures" / chapter).glob("fig-*"))
+    assert len(files) == n_fig
+    for image, path in zip(images, files):
+        assert path.suffix == ".svg"
+        assert ET.parse(path).getroot().tag.endswith("svg")
+        assert image["src"].startswith("data:image/svg+xml;base64,")
+
+    # no raw MyST, no unresolved glue, in what the audience sees
+    text = visible_text(soup)
+    assert not RAW_MYST.search(text), RAW_MYST.search(text)
+    assert "{glue" not in text and "{cite" not in text and "{eq" not in text
+
+    # MathJax with the book's macros, reveal.js
+    config = yaml.safe_load((root / "_config.yml").read_text())
+    macros = config["sphinx"]["config"]["mathjax3_config"]["tex"]["macros"]
+    script = "\n".join(s.get_text() for s in soup.find_all("script"))
+    assert "Reveal.initialize" in script and "RevealMath.MathJax3" in script
+    assert all(f'"{name}"' in script for name in macros)
+
+
+def test_index_links_every_deck(built):
+    soup = BeautifulSoup((built / "slides" / "index.html").read_text(), "html.parser")
+    links = {a["href"] for a in soup.find_all("a")}
+    assert {f"{chapter}.slides.html" for chapter in CHAPTERS} <= links
+
+
+def test_chapter_with_figures_has_its_figures_and_numbered_equations(root, built):
+    chapter = "02_unrolling_one_chunk"
+    soup = BeautifulSoup((built / "slides" / f"{chapter}.slides.html").read_text(), "html.parser")
+    assert len(soup.select("img.figure")) >= 2
+    labels = re.findall(r"^\$\$ *\(([\w-]+)\)\s*$", (root / "chapters" / f"{chapter}.md").read_text(), flags=re.M)
+    tags = [int(t) for t in re.findall(r"\\tag\{(\d+)\}", soup.decode())]
+    assert sorted(tags) == list(range(1, len(labels) + 1))          # every labelled equation, once
+    text = visible_text(soup)
+    assert "Definition (The chunk system)" in text                  # the prf:definition box
+    assert "Hatamizadeh et al. 2026" in text                        # a citation, resolved from the bib
+
+
+def test_every_deck_formula_typesets_in_mathjax(root, built):
+    """The decks' formulas, with the book's macros, through MathJax 3 in node: no TeX errors."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if not (node and npm):
+        pytest.skip("node and npm are needed to run MathJax outside a browser")
+    checker = root / "tests" / "mathjax"
+    if not (checker / "node_modules" / "mathjax-full").exists():
+        subprocess.run([npm, "install", "--silent", "--no-audit", "--no-fund"], cwd=checker, check=True)
+    config = yaml.safe_load((root / "_config.yml").read_text())
+    macros = config["sphinx"]["config"]["mathjax3_config"]["tex"]["macros"]
+    formulas = []
+    for chapter in CHAPTERS:
+        text = visible_text(BeautifulSoup((built / "slides" / f"{chapter}.slides.html").read_text(), "html.parser"))
+        for display, tex in [(False, m) for m in re.findall(r"\\\((.+?)\\\)", text, flags=re.S)] + \
+                            [(True, m) for m in re.findall(r"\\\[(.+?)\\\]", text, flags=re.S)]:
+            formulas.append({"page": chapter, "tex": tex, "display": display})
+    assert len(formulas) > 30
+    result = subprocess.run([node, "typeset.js"], cwd=checker, input=json.dumps(
+        {"macros": macros, "formulas": formulas}), capture_output=True, text=True, check=True)
+    failures = json.loads(result.stdout)
+    assert not failures, failures[:5]
+
+
+def test_selection_rule_and_slideshow_markers(root):
+    """The automatic rule, and Jupyter's slideshow metadata opting a cell in or out, on a made-up chapter."""
+    slides = load_slides(root)
+    long_code = "\n".join(f"x{i} = {i}" for i in range(30))
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# Made up\n\n**What you will learn.** Things {cite}`hatamizadeh2026gdn2`."),
+        nbformat.v4.new_markdown_cell("## One\n\nLead with $x$.\n\nAnother paragraph.\n\n"
+                                      "Then:\n\n$$\na = b\n$$ (eq-made-up)\n\n"
+                                      "```{admonition} Solutions\n:class: dropdown\n\nHIDDEN\n```"),
+        nbformat.v4.new_code_cell("y = 1\nprint(y)"),
+        nbformat.v4.new_code_cell(long_code),
+        nbformat.v4.new_code_cell(long_code.replace("x", "z"),
+                                  metadata={"slideshow": {"slide_type": "subslide"}}),
+        nbformat.v4.new_code_cell("w = 2\nprint(w)", metadata={"slideshow": {"slide_type": "skip"}}),
+        nbformat.v4.new_markdown_cell("SKIPPED PARAGRAPH", metadata={"slideshow": {"slide_type": "skip"}}),
+        nbformat.v4.new_markdown_cell("Whole cell {doc}`01_token_recurrence`.",
+                                      metadata={"slideshow": {"slide_type": "subslide"}}),
+    ])
+    index = slides.book_index()
+    index.equations["eq-made-up"] = ("chapters/99_made_up", 1)
+    deck, figures = slides.build_deck(root / "chapters" / "99_made_up.md", nb, index)
+    soup = BeautifulSoup(deck, "html.parser")
+    text = visible_text(soup)
+    code = soup.get_text()
+    assert figures == []
+    assert "Lead with" in text and "Another paragraph" not in text      # a section's first paragraph only
+    assert "\\tag{1}" in soup.decode() and "Then:" in text               # the equation and its lead-in
+    assert "HIDDEN" not in text and "SKIPPED" not in text               # folded solutions, skip marker
+    assert "y = 1" in code and "x29 = 29" not in code                   # short code in, long code out
+    assert "z29 = 29" in code and "w = 2" not in code                   # opted in, opted out
+    assert "Chapter 1 (The token recurrence)" in text                   # a whole marked cell, roles resolved
+    assert not RAW_MYST.search(text)
