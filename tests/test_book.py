@@ -11,18 +11,6 @@ import yaml
 from bs4 import BeautifulSoup
 
 
-@pytest.fixture(scope="session")
-def built_book(root, tmp_path_factory):
-    """Build into a fresh folder: an empty jupyter-cache, so every chapter executes from scratch."""
-    out = tmp_path_factory.mktemp("book")
-    result = subprocess.run(
-        [sys.executable, "-c", "from jupyter_book.cli.main import main; main()", "build", str(root), "-W", "-n", "--keep-going",
-         "--path-output", str(out)],
-        capture_output=True, text=True)
-    assert result.returncode == 0, f"book build failed:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
-    return out / "_build" / "html"
-
-
 def chapter_pages(root):
     toc = yaml.safe_load((root / "_toc.yml").read_text())
     return [entry["file"] for part in toc["parts"] for entry in part["chapters"]
