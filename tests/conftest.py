@@ -32,7 +32,10 @@ def built_book(root, tmp_path_factory):
         [sys.executable, "-c", "from jupyter_book.cli.main import main; main()", "build", str(root), "-W", "-n", "--keep-going",
          "--path-output", str(out)],
         capture_output=True, text=True)
-    assert result.returncode == 0, f"book build failed:\n{result.stdout[-6000:]}\n{result.stderr[-3000:]}"
+    if result.returncode != 0:
+        log = result.stdout + result.stderr
+        cause = log.find("CellExecutionError")            # the failing cell and its traceback, if a cell failed
+        pytest.fail(f"book build failed:\n{log[max(0, cause - 200):cause + 5000] if cause >= 0 else ''}\n...\n{log[-5000:]}")
     return out / "_build" / "html"
 
 

@@ -64,7 +64,7 @@ def test_every_formula_typesets_in_mathjax(root, built_book):
     """Typeset each formula of the built pages with MathJax 3 in node: no TeX errors, no unknown macros."""
     node, npm = shutil.which("node"), shutil.which("npm")
     if not (node and npm):
-        pytest.skip("node and npm are needed to run MathJax outside a browser")
+        pytest.fail("node and npm are needed to run MathJax outside a browser (see README)")
     checker = root / "tests" / "mathjax"
     if not (checker / "node_modules" / "mathjax-full").exists():
         subprocess.run([npm, "install", "--silent", "--no-audit", "--no-fund"], cwd=checker, check=True)

@@ -163,3 +163,27 @@ def test_converter_names_what_it_cannot_resolve():
                           ("```{figure} x.png\n```", "directive {figure}")):
         with pytest.raises(colab_markdown.NotebookTextError, match=re.escape(message)):
             c.markdown("chapters/01_a", text)
+
+
+# Chapters quick enough to run twice in CI (the book build runs them all from their .md): the first and the
+# one that reads recorded results from ../results, which a notebook opened alone does not have.
+ALONE = ["00_read_me_first", "11_profiling"]
+
+
+@pytest.mark.parametrize("chapter", ALONE)
+def test_notebook_runs_alone_outside_the_repository_and_prints_its_glued_numbers(root, tmp_path, chapter):
+    """As in Colab: the .ipynb by itself in an empty folder, gdn2edu imported from where it is installed.
+    Every number the text names must be printed by the cell that glues it."""
+    import nbclient
+    import nbformat
+    notebook_path = tmp_path / f"{chapter}.ipynb"
+    shutil.copy(root / "chapters" / notebook_path.name, notebook_path)
+    notebook = nbformat.read(notebook_path, as_version=4)
+    nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    printed = "\n".join(output.get("text", "") for cell in notebook.cells if cell.cell_type == "code"
+                        for output in cell.get("outputs", []) if output.get("output_type") == "stream")
+    named = set(re.findall(r"\{glue(?::\w+)?\}`([\w.-]+)", (root / "chapters" / f"{chapter}.md").read_text()))
+    missing = sorted(name for name in named if not re.search(rf"^{re.escape(name)} = ", printed, re.M))
+    assert not missing, f"{chapter}.ipynb: glued numbers named in the text but never printed: {missing}"
+    assert named or chapter == "00_read_me_first"
