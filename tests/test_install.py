@@ -93,6 +93,24 @@ def test_pip_install_into_a_fresh_venv_gives_a_working_package(root, tmp_path):
     assert run.returncode == 0, f"import or kernel call failed in the fresh venv:\n{run.stderr[-3000:]}"
     assert str(env_dir) in run.stdout, f"gdn2edu came from {run.stdout.strip()}, not from the venv"
 
+    # The notebooks' install cell, as Colab runs it (google.colab importable), in this venv: it clones the
+    # repository, installs the package from the clone and moves into its chapters/ folder, so ../results is
+    # there. The clone comes from this checkout's committed HEAD instead of the public URL, into tmp_path.
+    branch = subprocess.run(["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd=root, capture_output=True,
+                            text=True).stdout.strip()
+    if branch in ("", "HEAD"):
+        pytest.skip("the install cell clones a branch; this checkout has none checked out")
+    sys.path.insert(0, str(root / "tools"))
+    import sync
+    clone = tmp_path / "colab" / "gdn2edu"
+    cell = sync.install_source(f"file://{root}", branch, notebook=True).replace('"/content/gdn2edu"', repr(str(clone)))
+    assert str(clone) in cell, "the install cell no longer clones into /content/gdn2edu: update this test"
+    script = ("import sys, types\nsys.modules['google.colab'] = types.ModuleType('google.colab')\n" + cell +
+              "\nimport gdn2edu, pathlib\nprint(pathlib.Path.cwd()); print(pathlib.Path('../results').is_dir())")
+    run = subprocess.run([str(python), "-c", script], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert run.returncode == 0, f"the Colab install cell failed:\n{run.stderr[-3000:]}"
+    assert run.stdout.split() == [str(clone / "chapters"), "True"], run.stdout
+
 
 def test_pip_install_leaves_no_untracked_build_folder(root):
     """`pip install .` writes build/ into the source tree: git must ignore it."""

@@ -44,26 +44,35 @@ def book_settings() -> dict:
 
 
 def install_source(url: str, branch: str, notebook: bool = False) -> str:
-    """The source of the Colab install cell: it installs the package only inside Colab, and says in one
-    sentence what went wrong when it cannot. In the .ipynb pair (``notebook``) it also sets
-    GDN2EDU_NOTEBOOK=1, which makes ``gdn2edu.notebook.glue`` print every glued value under its cell: the
-    Markdown there names the values that the site shows inline."""
-    spec = f"gdn2edu @ git+{url}@{branch}"
-    lines = ["# Colab only: install this book's package (torch and triton stay as Colab has them)."]
+    """The source of the Colab install cell. Inside Colab only, it makes a shallow clone of the repository
+    (the chapters read recorded GPU results from ../results, as in the repository), installs the package
+    from it, and works from its chapters/ folder; when a step fails it says so in one sentence. In the
+    .ipynb pair (``notebook``) it also sets GDN2EDU_NOTEBOOK=1, which makes ``gdn2edu.notebook.glue`` print
+    every glued value under its cell: the Markdown there names the values that the site shows inline."""
+    lines = ["# Colab only: fetch this book's repository and install its package from it (torch and triton",
+             "# stay as Colab has them); the chapters then run in its chapters/ folder, next to ../results."]
     if notebook:
-        lines += ["# Outside the book build, glue() prints each number the text refers to by `name`.",
-                  "import os",
-                  'os.environ["GDN2EDU_NOTEBOOK"] = "1"']
+        lines += ["# Outside the book build, glue() prints each number the text refers to by `name`."]
+    lines += ["import os, subprocess, sys"]
+    if notebook:
+        lines += ['os.environ["GDN2EDU_NOTEBOOK"] = "1"']
     lines += [
-        "import subprocess, sys",
         'if "google.colab" in sys.modules:',
-        '    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q",',
-        f'                          "{spec}"], capture_output=True, text=True)',
-        "    if pip.returncode != 0:",
+        '    repo = "/content/gdn2edu"',
+        "    if not os.path.isdir(repo):",
+        f'        step = subprocess.run(["git", "clone", "-q", "--depth", "1", "--branch", "{branch}",',
+        f'                               "{url}", repo], capture_output=True, text=True)',
+        "        if step.returncode != 0:",
+        "            raise RuntimeError(",
+        f'                "Could not fetch the gdn2edu repository from {url} (branch {branch}): check that "',
+        '                "this runtime is online and that the repository is public, then run this cell "',
+        '                "again. git said:\\n" + step.stderr[-1500:])',
+        '    step = subprocess.run([sys.executable, "-m", "pip", "install", "-q", repo],',
+        "                          capture_output=True, text=True)",
+        "    if step.returncode != 0:",
         "        raise RuntimeError(",
-        f'            "Could not install the gdn2edu package from {url} (branch {branch}): the repository "',
-        '            "could not be reached or did not install. Check that this runtime is online and that "',
-        '            "the repository is public, then run this cell again. pip said:\\n" + pip.stderr[-1500:])',
+        '            "Could not install the gdn2edu package from " + repo + ". pip said:\\n" + step.stderr[-1500:])',
+        '    os.chdir(os.path.join(repo, "chapters"))',
     ]
     return "\n".join(lines)
 
@@ -76,7 +85,8 @@ def readme_block(settings: dict) -> str:
         README_BEGIN,
         f"Repository: <{url}>",
         "",
-        "Install the package alone (what the Colab install cell does):",
+        "Install the package alone (the Colab install cell installs it from a shallow clone of the repository,",
+        "whose `results/` the chapters read):",
         "",
         "```bash",
         f'pip install "gdn2edu @ git+{url}@{branch}"',
