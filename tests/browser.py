@@ -11,8 +11,10 @@ from __future__ import annotations
 import base64
 import functools
 import http.server
+import io
 import json
 import os
+import select
 import shutil
 import subprocess
 import tempfile
@@ -60,7 +62,6 @@ class SiteHandler(http.server.SimpleHTTPRequestHandler):
         self.send_header("Content-Type", "text/html; charset=utf-8")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        import io
         return io.BytesIO(body)
 
     def log_message(self, *args):
@@ -116,7 +117,6 @@ class Chromium:
         while b"\0" not in self._buffer:
             if time.monotonic() > deadline:
                 raise BrowserError("Chromium did not answer in time")
-            import select
             ready, _, _ = select.select([self._from_browser], [], [], 0.5)
             if ready:
                 chunk = os.read(self._from_browser, 1 << 20)

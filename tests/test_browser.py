@@ -2,7 +2,6 @@
 on every page, math is typeset without errors, every image loads, each chapter has its Colab link to its
 .ipynb pair, and no display equation, code cell or output is cut off (wide blocks scroll)."""
 
-import os
 import shutil
 import subprocess
 

@@ -27,9 +27,9 @@ def test_glue_in_the_book_build_is_myst_nb(monkeypatch):
     import myst_nb
 
     import gdn2edu.notebook as notebook
+    assert notebook._book_glue is myst_nb.glue
     calls = []
     monkeypatch.setattr(notebook, "_book_glue", lambda *args, **kwargs: calls.append((args, kwargs)))
     monkeypatch.delenv("GDN2EDU_NOTEBOOK", raising=False)
     notebook.glue("x", 1.5, display=False)
     assert calls == [(("x", 1.5), {"display": False})]
-    assert notebook._book_glue is not None or myst_nb is None
