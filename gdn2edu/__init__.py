@@ -3,6 +3,7 @@
 
 """gdn2edu: Gated DeltaNet-2 from the token recurrence to Triton kernels."""
 
+from gdn2edu.notebook import glue
 from gdn2edu.inputs import GDN2Dims, validate_inputs, one_token_as_sequence, compute_dtype
 from gdn2edu.recurrence import gdn2_token_update, recurrent_gdn2, recurrent_gdn2_step
 from gdn2edu.family import family_gates
@@ -18,6 +19,7 @@ from gdn2edu.chunk_kernels import chunk_gdn2_fwd_intra_kernel, chunk_gdn2_fwd_wy
 from gdn2edu.chunk_backward_kernels import chunk_gdn2_bwd_scan_kernel, chunk_gdn2_bwd_local_kernel, chunk_gdn2_bwd_inputs_kernel, chunk_gdn2_backward_triton, ChunkGDN2TritonFunction, chunk_gdn2
 
 __all__ = [
+    "glue",
     "GDN2Dims",
     "validate_inputs",
     "one_token_as_sequence",

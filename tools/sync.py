@@ -3,7 +3,9 @@
 The sources are the chapters (``chapters/*.md``) and ``_config.yml``/``_toc.yml``. Derived:
 - each chapter's Colab install cell (tag ``colab-install``), built from ``repository.url``;
 - the generated block of README.md (install command, Colab links), from the same URL;
-- each chapter's ``.ipynb`` jupytext pair, without outputs;
+- each chapter's ``.ipynb`` pair, without outputs, for Jupyter and Colab: the same code cells, the Markdown
+  cells rewritten into plain Markdown (tools/colab_markdown.py: macros expanded, MyST roles and directives
+  resolved), and an install cell that also switches glue to printing (see install_source);
 - the package ``gdn2edu/`` (see tools/tangle.py).
 
     python tools/sync.py          # rewrite what is out of date
@@ -20,6 +22,7 @@ import jupytext
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import colab_markdown  # noqa: E402
 import tangle  # noqa: E402
 
 ROOT = tangle.ROOT
@@ -36,18 +39,42 @@ def book_settings() -> dict:
     files = [entry["file"] for part in toc.get("parts", []) for entry in part["chapters"]]
     url = config["repository"]["url"].rstrip("/")
     return {"url": url, "branch": config["repository"]["branch"], "chapters": files,
-            "title": config["title"]}
+            "title": config["title"], "root": toc["root"],
+            "macros": config["sphinx"]["config"]["mathjax3_config"]["tex"]["macros"]}
 
 
-def install_source(url: str, branch: str) -> str:
-    """The source of the Colab install cell: it runs only inside Colab."""
-    return (
-        "# Colab only: install this book's package (torch and triton stay as Colab has them).\n"
-        "import subprocess, sys\n"
-        'if "google.colab" in sys.modules:\n'
-        "    subprocess.run([sys.executable, \"-m\", \"pip\", \"install\", \"-q\",\n"
-        f'                    "gdn2edu @ git+{url}@{branch}"], check=True)'
-    )
+def install_source(url: str, branch: str, notebook: bool = False) -> str:
+    """The source of the Colab install cell. Inside Colab only, it makes a shallow clone of the repository
+    (the chapters read recorded GPU results from ../results, as in the repository), installs the package
+    from it, and works from its chapters/ folder; when a step fails it says so in one sentence. In the
+    .ipynb pair (``notebook``) it also sets GDN2EDU_NOTEBOOK=1, which makes ``gdn2edu.notebook.glue`` print
+    every glued value under its cell: the Markdown there names the values that the site shows inline."""
+    lines = ["# Colab only: fetch this book's repository and install its package from it (torch and triton",
+             "# stay as Colab has them); the chapters then run in its chapters/ folder, next to ../results."]
+    if notebook:
+        lines += ["# Outside the book build, glue() prints each number the text refers to by `name`."]
+    lines += ["import os, subprocess, sys"]
+    if notebook:
+        lines += ['os.environ["GDN2EDU_NOTEBOOK"] = "1"']
+    lines += [
+        'if "google.colab" in sys.modules:',
+        '    repo = "/content/gdn2edu"',
+        "    if not os.path.isdir(repo):",
+        f'        step = subprocess.run(["git", "clone", "-q", "--depth", "1", "--branch", "{branch}",',
+        f'                               "{url}", repo], capture_output=True, text=True)',
+        "        if step.returncode != 0:",
+        "            raise RuntimeError(",
+        f'                "Could not fetch the gdn2edu repository from {url} (branch {branch}): check that "',
+        '                "this runtime is online and that the repository is public, then run this cell "',
+        '                "again. git said:\\n" + step.stderr[-1500:])',
+        '    step = subprocess.run([sys.executable, "-m", "pip", "install", "-q", repo],',
+        "                          capture_output=True, text=True)",
+        "    if step.returncode != 0:",
+        "        raise RuntimeError(",
+        '            "Could not install the gdn2edu package from " + repo + ". pip said:\\n" + step.stderr[-1500:])',
+        '    os.chdir(os.path.join(repo, "chapters"))',
+    ]
+    return "\n".join(lines)
 
 
 def readme_block(settings: dict) -> str:
@@ -58,7 +85,8 @@ def readme_block(settings: dict) -> str:
         README_BEGIN,
         f"Repository: <{url}>",
         "",
-        "Install the package alone (what the Colab install cell does):",
+        "Install the package alone (the Colab install cell installs it from a shallow clone of the repository,",
+        "whose `results/` the chapters read):",
         "",
         "```bash",
         f'pip install "gdn2edu @ git+{url}@{branch}"',
@@ -86,11 +114,38 @@ def stamped_chapter(path: Path, source: str) -> str:
     return jupytext.writes(notebook, fmt="md:myst")
 
 
-def paired_notebook(md_text: str) -> str:
-    """The .ipynb pair of a chapter: same cells and metadata, no outputs, stable cell ids."""
+def converter(settings: dict) -> colab_markdown.Converter:
+    """What turns the chapters' MyST Markdown into plain Markdown, knowing the whole book."""
+    url, branch = settings["url"], settings["branch"]
+    slug = url.split("github.com/", 1)[-1]
+    docs = {doc: (ROOT / f"{doc}.md").read_text() for doc in [settings["root"], *settings["chapters"]]}
+    colab = {doc: f"https://colab.research.google.com/github/{slug}/blob/{branch}/{doc}.ipynb"
+             for doc in docs if doc.startswith("chapters/")}
+    bib = colab_markdown.read_bib(ROOT / "book" / "references.bib")
+    return colab_markdown.Converter(docs, bib, settings["macros"], colab, f"{url}/blob/{branch}")
+
+
+NOTEBOOK_NOTE = (
+    "*This notebook is generated from `{source}` for Jupyter and Colab. Numbers that the book's site prints "
+    "inline appear here as `names`: the cell that computes each one prints its value when it runs.*")
+
+
+def paired_notebook(md_text: str, doc: str, convert: colab_markdown.Converter, install: str) -> str:
+    """The .ipynb pair of a chapter: the same code cells (the install cell as ``install``), its Markdown
+    cells in plain Markdown, a note on glued numbers in the first, no outputs, stable cell ids. No jupytext
+    pairing metadata: saving the notebook must not write its plain Markdown back into the chapter."""
     notebook = jupytext.reads(md_text, fmt="md:myst")
+    first_markdown = True
     for index, cell in enumerate(notebook.cells):
         cell.id = f"cell-{index:03d}"
+        if cell.cell_type == "markdown":
+            cell.source = convert.markdown(doc, cell.source)
+            if first_markdown:
+                cell.source += "\n\n" + NOTEBOOK_NOTE.format(source=f"{doc}.md")
+                first_markdown = False
+        elif INSTALL_TAG in cell.metadata.get("tags", []):
+            cell.source = install
+    notebook.metadata.pop("jupytext", None)
     return jupytext.writes(notebook, fmt="ipynb")
 
 
@@ -98,11 +153,14 @@ def render_all() -> dict[Path, str]:
     """Every derived file as the sources define it: {path: text}."""
     settings = book_settings()
     source = install_source(settings["url"], settings["branch"])
+    in_notebook = install_source(settings["url"], settings["branch"], notebook=True)
+    convert = converter(settings)
     files: dict[Path, str] = {}
     for chapter in sorted(tangle.CHAPTERS.glob("*.md")):
         text = stamped_chapter(chapter, source)
         files[chapter] = text
-        files[chapter.with_suffix(".ipynb")] = paired_notebook(text)
+        doc = chapter.relative_to(ROOT).with_suffix("").as_posix()
+        files[chapter.with_suffix(".ipynb")] = paired_notebook(text, doc, convert, in_notebook)
     readme = README.read_text()
     head, _, rest = readme.partition(README_BEGIN)
     _, found, tail = rest.partition(README_END)
