@@ -450,6 +450,21 @@ def _check_gate_options(safe_gate, lower_bound):
             raise ValueError(f"lower_bound must lie in [-5, 0) with safe_gate=True, got {lower_bound!r}")
 
 
+# float32 inputs run float32 tiles: the output kernel needs up to 160 KiB of shared memory per block at K = 256
+# (tools/hopper_compile_check.py), which an H100/H200 (227 KiB) or an A100 (163 KiB) has and an L4 (99 KiB) lacks
+FLOAT32_SHARED_MEMORY = 163840
+
+
+def _check_shared_memory(q):
+    """Refuse float32 inputs on a GPU whose blocks have less shared memory than their tiles need."""
+    if q.is_cuda and q.dtype == torch.float32:
+        index = q.device.index if q.device.index is not None else torch.cuda.current_device()
+        have = triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"]
+        if have < FLOAT32_SHARED_MEMORY:
+            raise ValueError(f"q is float32, whose tiles need {FLOAT32_SHARED_MEMORY} bytes of shared memory per "
+                             f"block; {torch.cuda.get_device_name(q.device)} has {have}: pass bfloat16 or float16")
+
+
 def _plan(q, k, v, g, b, w, scale, initial_state, cu_seqlens, safe_gate=False, lower_bound=None):
     """Check the inputs of chunk_gdn2 and build the launch plan (the backward of Chapter 10 shares it)."""
     dims = validate_inputs(q, k, v, g, b, w, scale, None if cu_seqlens is not None else initial_state)
@@ -458,6 +473,7 @@ def _plan(q, k, v, g, b, w, scale, initial_state, cu_seqlens, safe_gate=False, l
         if x is not None and x.dtype not in _KERNEL_DTYPES:
             raise ValueError(f"{name} must be float32, bfloat16 or float16 (the kernels accumulate in float32), "
                              f"got {x.dtype}; recurrent_gdn2 and chunk_gdn2_torch compute in float64")
+    _check_shared_memory(q)
     B, T, H, K, V = dims.B, dims.T, dims.H, dims.K, dims.V
     if K > 256 or V > 256:
         raise ValueError(f"head dims must be at most 256 (one tile per head), got K = {K}, V = {V}")
