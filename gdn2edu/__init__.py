@@ -12,7 +12,7 @@ from gdn2edu.chunk import decay_ratios, WYFactors, wy_factors, split_chunks, mer
 from gdn2edu.inverse import forward_substitution, block_inverse
 from gdn2edu.wy_backward import strict_lower, wy_chunk_adjoints, wy_chunk_backward, wy_backward_products, flops_wy_backward
 from gdn2edu.rewy import rewy_chunk_adjoints, rewy_chunk_backward, rewy_backward_products, flops_rewy_backward
-from gdn2edu.chunk_backward import reverse_state_scan, pairwise_pullback, chunk_gdn2_backward, ChunkGDN2Function
+from gdn2edu.chunk_backward import reverse_state_scan, pairwise_pullback, chunk_gdn2_backward, ChunkGDN2Function, chunk_gdn2_explicit
 from gdn2edu.matrix_intra import centered_pullback, subchunk_pullback, gram_free_scalar_gate, tied_gate_grads
 from gdn2edu.fused_recurrent import fused_recurrent_gdn2, fused_recurrent_gdn2_step
 from gdn2edu.chunk_kernels import chunk_gdn2_fwd_intra_kernel, chunk_gdn2_fwd_wy_kernel, chunk_gdn2_fwd_scan_kernel, chunk_gdn2_fwd_output_kernel, chunk_gdn2_fwd, baseline_inputs
@@ -53,6 +53,7 @@ __all__ = [
     "pairwise_pullback",
     "chunk_gdn2_backward",
     "ChunkGDN2Function",
+    "chunk_gdn2_explicit",
     "centered_pullback",
     "subchunk_pullback",
     "gram_free_scalar_gate",

@@ -90,28 +90,19 @@ def state_scan(f: WYFactors, S):
     return torch.stack(outputs, dim=2), torch.stack(corrections, dim=2), torch.stack(states, dim=2)
 
 
-BACKWARDS = ("autograd", "wy", "rewy")
-
-
 def chunk_gdn2_torch(q, k, v, g, b, w, scale=None, initial_state=None, output_final_state=False,
-                     chunk_size=64, backward="autograd"):
+                     chunk_size=64):
     """Gated DeltaNet-2 by chunks in plain PyTorch: same call and results as ``recurrent_gdn2``.
 
     q, k, g, b: [B, T, H, K]; v, w: [B, T, H, V]; initial_state: [B, H, K, V] or None (zeros);
     scale: None for K ** -0.5; chunk_size: a positive power of two. Any T: the last chunk is padded with
     tokens k = 0, g = 0 that leave the state unchanged. Computes in float64 if any input is float64,
-    else float32. backward: "autograd" (PyTorch differentiates this code), "wy" or "rewy" (the explicit
-    reverse algorithm of Chapter 6 with the 7-product or the 3-product local pullback).
-    Returns (o [B, T, H, V] in v's dtype, final state [B, H, K, V] in the compute dtype or None).
+    else float32; PyTorch's autograd differentiates it (Chapter 6's chunk_gdn2_explicit runs the explicit
+    reverse algorithm instead). Returns (o [B, T, H, V] in v's dtype, final state [B, H, K, V] in the
+    compute dtype or None).
     """
     dims = validate_inputs(q, k, v, g, b, w, scale, initial_state)
     _check_chunk_size(chunk_size)
-    if backward not in BACKWARDS:
-        raise ValueError(f"backward must be one of {BACKWARDS}, got {backward!r}")
-    if backward != "autograd":
-        from gdn2edu.chunk_backward import ChunkGDN2Function   # Chapter 6 builds on this module
-        o, S = ChunkGDN2Function.apply(q, k, v, g, b, w, initial_state, dims.scale, chunk_size, backward)
-        return o, (S if output_final_state else None)
     dtype = compute_dtype(q, k, v, g, b, w, initial_state)
     f = wy_factors(split_chunks(q, chunk_size, dtype) * dims.scale,
                    *(split_chunks(x, chunk_size, dtype) for x in (k, v, g, b, w)))

@@ -131,3 +131,17 @@ class ChunkGDN2Function(torch.autograd.Function):
         grads = chunk_gdn2_backward(q, k, v, g, b, w, do, scale, initial_state, dht, chunk_size, local)
         inputs = (q, k, v, g, b, w, initial_state)
         return (*(None if d is None else d.to(x.dtype) for d, x in zip(grads, inputs)), None, None, None)
+
+
+BACKWARDS = ("wy", "rewy")
+
+
+def chunk_gdn2_explicit(q, k, v, g, b, w, scale=None, initial_state=None, output_final_state=False,
+                        chunk_size=64, backward="rewy"):
+    """chunk_gdn2_torch (same arguments and results) whose gradients come from the explicit reverse algorithm:
+    backward="wy" (the 7-product local pullback) or "rewy" (the 3-product one)."""
+    dims = validate_inputs(q, k, v, g, b, w, scale, initial_state)
+    if backward not in BACKWARDS:
+        raise ValueError(f"backward must be one of {BACKWARDS}, got {backward!r}")
+    o, S = ChunkGDN2Function.apply(q, k, v, g, b, w, initial_state, dims.scale, chunk_size, backward)
+    return o, (S if output_final_state else None)

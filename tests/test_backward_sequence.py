@@ -1,4 +1,4 @@
-"""The explicit reverse algorithm (chunk_gdn2_torch(backward="wy" | "rewy")) against float64 autograd."""
+"""The explicit reverse algorithm (chunk_gdn2_explicit(backward="wy" | "rewy")) against float64 autograd."""
 
 import pytest
 import torch
@@ -24,7 +24,7 @@ def reference_grads(inputs, S0, do, dht):
 
 def explicit_grads(inputs, S0, do, dht, chunk_size, local):
     leaves = [x.clone().requires_grad_() for x in inputs] + [S0.clone().requires_grad_()]
-    o, S_T = gdn2edu.chunk_gdn2_torch(*leaves[:6], initial_state=leaves[6], output_final_state=True,
+    o, S_T = gdn2edu.chunk_gdn2_explicit(*leaves[:6], initial_state=leaves[6], output_final_state=True,
                                       chunk_size=chunk_size, backward=local)
     return torch.autograd.grad((o * do).sum() + (S_T * dht).sum(), leaves)
 
@@ -47,7 +47,7 @@ def test_every_gradient_matches_the_recurrence(local, T, chunk_size):
 @pytest.mark.parametrize("local", LOCALS)
 def test_no_initial_state_and_no_final_state(local):
     inputs = [x.requires_grad_() for x in make_inputs(1, 21, 2, 4, 4, seed=5)]
-    o, S_T = gdn2edu.chunk_gdn2_torch(*inputs, chunk_size=8, backward=local)
+    o, S_T = gdn2edu.chunk_gdn2_explicit(*inputs, chunk_size=8, backward=local)
     assert S_T is None
     got = torch.autograd.grad(o.square().sum(), inputs)
     o_ref, _ = gdn2edu.recurrent_gdn2(*inputs)
@@ -64,7 +64,7 @@ def test_strong_decay_in_float32_is_finite_and_close(local):
     do = torch.randn_like(o_ref)
     expected = torch.autograd.grad((o_ref * do).sum(), leaves)
     leaves32 = [x.float().requires_grad_() for x in inputs]
-    o, _ = gdn2edu.chunk_gdn2_torch(*leaves32, backward=local)
+    o, _ = gdn2edu.chunk_gdn2_explicit(*leaves32, backward=local)
     got = torch.autograd.grad((o * do.float()).sum(), leaves32)
     for x, y in zip(got, expected):
         assert x.dtype == torch.float32 and torch.isfinite(x).all()
@@ -88,7 +88,7 @@ def test_tied_family_with_zero_and_tiny_beta(member):
     expected = torch.autograd.grad((o_ref * do).sum(), params)
     for local in LOCALS:
         gates = [x.detach().requires_grad_() for x in gdn2edu.family_gates(member, beta, K, V, log_decay)]
-        o, _ = gdn2edu.chunk_gdn2_torch(q, k, v, *gates, chunk_size=8, backward=local)
+        o, _ = gdn2edu.chunk_gdn2_explicit(q, k, v, *gates, chunk_size=8, backward=local)
         d_log_decay, d_beta = gdn2edu.tied_gate_grads(member, *torch.autograd.grad((o * do).sum(), gates))
         assert torch.isfinite(d_beta).all() and rel(d_beta, expected[0]) < TOL
         if log_decay is not None:
@@ -102,7 +102,7 @@ def test_gradcheck(local):
     leaves = [x.clone().requires_grad_() for x in (*inputs, S0)]
 
     def fn(*args):
-        return gdn2edu.chunk_gdn2_torch(*args[:6], initial_state=args[6], output_final_state=True,
+        return gdn2edu.chunk_gdn2_explicit(*args[:6], initial_state=args[6], output_final_state=True,
                                         chunk_size=4, backward=local)
     assert torch.autograd.gradcheck(fn, leaves, fast_mode=True)
 
@@ -111,9 +111,9 @@ def test_value_errors():
     inputs = make_inputs(1, 4, 1, 2, 2)
     for bad in ("fla", None, "REWY"):
         with pytest.raises(ValueError, match="backward"):
-            gdn2edu.chunk_gdn2_torch(*inputs, backward=bad)
+            gdn2edu.chunk_gdn2_explicit(*inputs, backward=bad)
     with pytest.raises(ValueError, match="chunk_size"):
-        gdn2edu.chunk_gdn2_torch(*inputs, chunk_size=3, backward="rewy")
+        gdn2edu.chunk_gdn2_explicit(*inputs, chunk_size=3, backward="rewy")
     do = torch.randn(1, 4, 1, 2, dtype=torch.float64)
     with pytest.raises(ValueError, match="^local"):
         gdn2edu.chunk_gdn2_backward(*inputs, do, local="autograd")

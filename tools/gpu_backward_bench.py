@@ -2,7 +2,7 @@
 
 Writes one JSON file with the provenance (GPU, driver, versions, date, commit, command), the relative L2
 error of every gradient of ``chunk_gdn2`` (bf16 inputs) against float64 autograd through
-``chunk_gdn2_torch(..., backward="rewy")`` on the same rounded inputs, the thresholds they are held to, and
+``chunk_gdn2_explicit(..., backward="rewy")`` on the same rounded inputs, the thresholds they are held to, and
 for each standard shape the forward, backward and forward + backward times (``gdn2edu.bench``'s
 ``time_forward_backward``: medians of ``triton.testing.do_bench``) and peak memory of ours and of FLA's
 ``chunk_gdn2`` (when ``fla`` imports) on the same inputs, plus the per-kernel times of our backward.
@@ -57,7 +57,7 @@ def grads(fn, inputs, S0, do, dht):
 def check(B, T, H, dtype):
     inputs, S0, do, dht = problem(B, T, H, dtype)
     ours = grads(gdn2edu.chunk_gdn2, inputs, S0, do, dht)
-    ref = grads(lambda *x, **kw: gdn2edu.chunk_gdn2_torch(*x, **kw, backward="rewy"),
+    ref = grads(lambda *x, **kw: gdn2edu.chunk_gdn2_explicit(*x, **kw, backward="rewy"),
                 [x.double() for x in inputs], S0.double(), do.double(), dht.double())
     errors = {name: rel_l2(x, r) for name, x, r in zip(NAMES, ours, ref)}
     finite = all(bool(torch.isfinite(x).all()) for x in ours)
