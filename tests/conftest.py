@@ -1,6 +1,7 @@
 """Shared fixtures: the repository root and float64 random GDN2 inputs."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -49,3 +50,15 @@ def make_inputs(B, T, H, K, V, dtype=torch.float64, erase_max=2.0, seed=0):
     b = erase_max * torch.rand(B, T, H, K, generator=gen, dtype=torch.float64)
     w = torch.rand(B, T, H, V, generator=gen, dtype=torch.float64)
     return tuple(x.to(dtype) for x in (q, k, v, g, b, w))
+
+
+def mathjax_checker(root):
+    """(node, tests/mathjax) with MathJax 3 installed there: the typesetter that the formula tests run in node.
+    Fails rather than skips without node and npm: .ci/run installs them, and the README says so."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if not (node and npm):
+        pytest.fail("node and npm are needed to run MathJax outside a browser (see README)")
+    checker = root / "tests" / "mathjax"
+    if not (checker / "node_modules" / "mathjax-full").exists():
+        subprocess.run([npm, "install", "--silent", "--no-audit", "--no-fund"], cwd=checker, check=True)
+    return node, checker

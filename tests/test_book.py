@@ -2,12 +2,11 @@
 
 import json
 import re
-import shutil
 import subprocess
 
-import pytest
 import yaml
 from bs4 import BeautifulSoup
+from conftest import mathjax_checker
 
 
 def chapter_pages(root):
@@ -61,12 +60,7 @@ def test_citations_and_glue_resolved(built_book):
 
 def test_every_formula_typesets_in_mathjax(root, built_book):
     """Typeset each formula of the built pages with MathJax 3 in node: no TeX errors, no unknown macros."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if not (node and npm):
-        pytest.fail("node and npm are needed to run MathJax outside a browser (see README)")
-    checker = root / "tests" / "mathjax"
-    if not (checker / "node_modules" / "mathjax-full").exists():
-        subprocess.run([npm, "install", "--silent", "--no-audit", "--no-fund"], cwd=checker, check=True)
+    node, checker = mathjax_checker(root)
     config = yaml.safe_load((root / "_config.yml").read_text())
     macros = config["sphinx"]["config"]["mathjax3_config"]["tex"]["macros"]
     formulas = []

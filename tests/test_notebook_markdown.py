@@ -11,6 +11,7 @@ import pytest
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent.parent / "tools"))
 import colab_markdown  # noqa: E402
+from conftest import mathjax_checker
 
 RAW = {
     "role": re.compile(r"\{[a-z][\w:-]*\}$"),     # searched in the text just before each code span
@@ -62,9 +63,12 @@ def raw_myst(text):
             found += [(what, a[-60:] + b) for a, b in zip(pieces, pieces[1:])
                       if not a.startswith("`") and b.startswith("`") and pattern.search(a)]
         else:
-            hit = pattern.search(text if what == "directive" else without_code(text))
+            # a directive is itself a fence: search outside the fenced examples of other languages (```md ...)
+            examples_out = re.sub(r"^(`{3,}|~{3,})(?!\{)[^\n]*\n.*?^\1\s*$", "", text, flags=re.S | re.M)
+            searched = examples_out if what == "directive" else without_code(text)
+            hit = pattern.search(searched)
             if hit:
-                found.append((what, text[max(0, hit.start() - 60):hit.end() + 40]))
+                found.append((what, searched[max(0, hit.start() - 60):hit.end() + 40]))
     return found
 
 
@@ -102,12 +106,7 @@ def test_every_glued_name_in_the_text_is_glued_by_a_cell(root):
 
 def test_every_notebook_formula_typesets_without_the_books_macros(root):
     """MathJax 3 in node, with no macros defined: what a notebook shows in Jupyter or Colab."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if not (node and npm):
-        pytest.fail("node and npm are needed to run MathJax outside a browser (see README)")
-    checker = root / "tests" / "mathjax"
-    if not (checker / "node_modules" / "mathjax-full").exists():
-        subprocess.run([npm, "install", "--silent", "--no-audit", "--no-fund"], cwd=checker, check=True)
+    node, checker = mathjax_checker(root)
     found = []
     for path in notebooks(root):
         for cell in markdown_cells(path):

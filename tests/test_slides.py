@@ -7,7 +7,6 @@ subset from scratch: Chapter 0 (no figures) and Chapter 2 (figures, equations, a
 import importlib.util
 import json
 import re
-import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -16,6 +15,7 @@ import nbformat
 import pytest
 import yaml
 from bs4 import BeautifulSoup
+from conftest import mathjax_checker
 
 CHAPTERS = ("00_read_me_first", "02_unrolling_one_chunk")
 RAW_MYST = re.compile(r"\{[a-z]+(?::[a-z]+)?\}`|:::\{|```\{|^\([\w-]+\)=\s*$|^:label:|^:class:", re.M)
@@ -118,12 +118,7 @@ def test_chapter_with_figures_has_its_figures_and_numbered_equations(root, built
 
 def test_every_deck_formula_typesets_in_mathjax(root, built):
     """The decks' formulas, with the book's macros, through MathJax 3 in node: no TeX errors."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if not (node and npm):
-        pytest.skip("node and npm are needed to run MathJax outside a browser")
-    checker = root / "tests" / "mathjax"
-    if not (checker / "node_modules" / "mathjax-full").exists():
-        subprocess.run([npm, "install", "--silent", "--no-audit", "--no-fund"], cwd=checker, check=True)
+    node, checker = mathjax_checker(root)
     config = yaml.safe_load((root / "_config.yml").read_text())
     macros = config["sphinx"]["config"]["mathjax3_config"]["tex"]["macros"]
     formulas = []

@@ -9,7 +9,6 @@ import itertools
 import sys
 import time
 
-import torch
 import triton.testing
 
 import gdn2edu
