@@ -4,6 +4,7 @@
 """An FLA-compatible Gated DeltaNet-2 layer around the book's kernels, and its decoding cache."""
 
 import math
+from functools import partial
 
 import torch
 import torch.nn as nn
@@ -184,10 +185,12 @@ def _gates(self, x):
 GatedDeltaNet2._gates = _gates
 
 
-def _kernel(self, mode, device):
+def _kernel(self, mode, device, T):
+    """The operator for this call: Triton's on CUDA (or when asked), else PyTorch's, whose chunks shrink to
+    the next power of two >= T for short inputs (a chunk of 64 would be mostly padding)."""
     triton = self.backend == "triton" or (self.backend == "auto" and device.type == "cuda")
     if mode == "chunk":
-        return chunk_gdn2 if triton else chunk_gdn2_torch
+        return chunk_gdn2 if triton else partial(chunk_gdn2_torch, chunk_size=min(64, 1 << (T - 1).bit_length()))
     return fused_recurrent_gdn2 if triton else recurrent_gdn2
 
 
@@ -209,7 +212,7 @@ def _mix(self, q, k, v, g, b, w, conv_state, recurrent_state, mode):
     if groups > 1:
         q, k, g, b = (x.repeat_interleave(groups, dim=2) for x in (q, k, g, b))
     b, w = b.to(v.dtype), w.to(v.dtype)                   # g stays float32: FLA's convention
-    o, state = self._kernel(mode, q.device)(q, k, v, g, b, w, initial_state=recurrent_state,
+    o, state = self._kernel(mode, q.device, q.shape[1])(q, k, v, g, b, w, initial_state=recurrent_state,
                                             output_final_state=True)
     return o, conv_state, state
 
