@@ -315,3 +315,20 @@ def test_tiny_training_lowers_the_loss():
     assert len(run["loss"]) == 30 and all(math.isfinite(v) for v in run["loss"])
     assert sum(run["loss"][-5:]) / 5 < 0.8 * run["loss"][0]
     assert 0 <= run["accuracy"] <= 1
+
+
+def test_gpu_experiment_settings_are_valid(root):
+    """tools/gpu_train_mqar.py (run on a GPU only): its tasks generate, its members share one state size."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gpu_train_mqar", root / "tools" / "gpu_train_mqar.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    args = tool.build_parser().parse_args(["--out", "x.json", "--seeds", "0", "1"])
+    assert args.seeds == [0, 1] and args.members == list(tool.MEMBERS) and args.tasks == list(tool.TASKS)
+    for task in tool.TASKS.values():
+        inputs, labels = mqar_batch(2, **task)
+        assert inputs.max() < task["num_keys"] + task["num_values"] and (labels != IGNORE).sum() == 2 * task[
+            "num_queries"]
+    sizes = {m: GatedDeltaNet2(hidden_size=tool.MODEL["hidden_size"], head_dim=tool.MODEL["head_dim"],
+                               num_heads=tool.MODEL["num_heads"], member=m).state_size() for m in tool.MEMBERS}
+    assert len(set(sizes.values())) == 1
