@@ -187,10 +187,14 @@ GatedDeltaNet2._gates = _gates
 
 def _kernel(self, mode, device, T):
     """The operator for this call: Triton's on CUDA (or when asked), else PyTorch's, whose chunks shrink to
-    the next power of two >= T for short inputs (a chunk of 64 would be mostly padding)."""
+    the next power of two >= T for short inputs (a chunk of 64 would be mostly padding). With safe_gate, every
+    g lies in [gate_lower_bound, 0) and the Triton chunk kernel takes its unchecked midpoint path (Chapter 9)."""
     triton = self.backend == "triton" or (self.backend == "auto" and device.type == "cuda")
+    if mode == "chunk" and triton:
+        return partial(chunk_gdn2, safe_gate=True, lower_bound=self.gate_lower_bound) if self.safe_gate \
+            else chunk_gdn2
     if mode == "chunk":
-        return chunk_gdn2 if triton else partial(chunk_gdn2_torch, chunk_size=min(64, 1 << (T - 1).bit_length()))
+        return partial(chunk_gdn2_torch, chunk_size=min(64, 1 << (T - 1).bit_length()))
     return fused_recurrent_gdn2 if triton else recurrent_gdn2
 
 

@@ -223,17 +223,20 @@ def test_gate_ranges_and_family_choices():
     assert set(sizes.values()) == {4 * 8 * 8}
 
 
-def test_triton_backend_in_the_interpreter_matches_torch():
+@pytest.mark.parametrize("safe_gate", [False, True])
+def test_triton_backend_in_the_interpreter_matches_torch(safe_gate):
     """The Triton kernels (interpreter on CPU) against the PyTorch ones through the whole layer, float32:
     within the book's float32 kernel tolerances (relative 1e-4 of the output's size)."""
     torch.manual_seed(0)
-    args = dict(hidden_size=32, head_dim=16, num_heads=2, num_v_heads=2, layer_idx=0)
+    args = dict(hidden_size=32, head_dim=16, num_heads=2, num_v_heads=2, layer_idx=0, safe_gate=safe_gate)
     ours = GatedDeltaNet2(**args, backend="torch").eval()
     tri = GatedDeltaNet2(**args, backend="triton").eval()
     tri.load_state_dict(ours.state_dict(), strict=True)
     x = torch.randn(1, 20, 32)
-    assert tri._kernel("chunk", x.device, 20) is chunk_gdn2 and tri._kernel("fused_recurrent", x.device, 20) \
-        is fused_recurrent_gdn2
+    chunk_kernel = tri._kernel("chunk", x.device, 20)
+    assert getattr(chunk_kernel, "func", chunk_kernel) is chunk_gdn2
+    assert getattr(chunk_kernel, "keywords", {}).get("safe_gate", False) == safe_gate
+    assert tri._kernel("fused_recurrent", x.device, 20) is fused_recurrent_gdn2
     with torch.no_grad():
         for layer in (ours, tri):
             layer.mode = "chunk"
