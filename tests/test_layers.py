@@ -24,7 +24,7 @@ def one_thread():
 
 def fla_parameter_shapes(hidden, head_dim, H, Hv, expand_v=1.0, W=4):
     """Names and shapes of fla.layers.gdn2.GatedDeltaNet2's parameters (fla-org/flash-linear-attention,
-    fla/layers/gdn2.py at commit 0c4a361, FLA 0.6.0), with use_short_conv=True and conv_bias=False."""
+    fla/layers/gdn2.py at commit 0c4a361), with use_short_conv=True and conv_bias=False."""
     K, V = head_dim, int(head_dim * expand_v)
     return {
         "A_log": (H,), "dt_bias": (H * K,),
