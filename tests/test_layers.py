@@ -139,7 +139,8 @@ def test_prefill_then_decode_equals_full_forward_float64(member, T):
 
 
 def test_prefill_then_decode_float32_and_without_conv():
-    """float32 against the full forward, within float32 rounding over ~80 tokens (errors here ~1e-7)."""
+    """float32 against the full forward: relative errors measured here 3e-7 to 5e-7 (float32 rounding over
+    75 tokens, chunked prefill against token steps); the bound leaves a factor 20."""
     for kwargs in (dict(), dict(use_short_conv=False), dict(safe_gate=True, gate_lower_bound=-3.0)):
         layer = small_layer(dtype=torch.float32, **kwargs).eval()
         x = torch.randn(2, 75, 32)
