@@ -185,11 +185,15 @@ def _gates(self, x):
 GatedDeltaNet2._gates = _gates
 
 
+def _uses_triton(self, device):
+    return self.backend == "triton" or (self.backend == "auto" and device.type == "cuda")
+
+
 def _kernel(self, mode, device, T):
     """The operator for this call: Triton's on CUDA (or when asked), else PyTorch's, whose chunks shrink to
     the next power of two >= T for short inputs (a chunk of 64 would be mostly padding). With safe_gate, every
     g lies in [gate_lower_bound, 0) and the Triton chunk kernel takes its unchecked midpoint path (Chapter 9)."""
-    triton = self.backend == "triton" or (self.backend == "auto" and device.type == "cuda")
+    triton = self._uses_triton(device)
     if mode == "chunk" and triton:
         return partial(chunk_gdn2, safe_gate=True, lower_bound=self.gate_lower_bound) if self.safe_gate \
             else chunk_gdn2
@@ -198,10 +202,10 @@ def _kernel(self, mode, device, T):
     return fused_recurrent_gdn2 if triton else recurrent_gdn2
 
 
-def _mix(self, q, k, v, g, b, w, conv_state, recurrent_state, mode):
-    """One batch of sequences of equal length. q, k: [B, T, H*K]; v: [B, T, H_v*V] projected inputs;
-    g, b: [B, T, H, K]; w: [B, T, H_v, V]; conv_state: (q, k, v) states or None; recurrent_state:
-    [B, H_v, K, V] or None. Returns (o [B, T, H_v, V], new conv states, new recurrent state)."""
+def _prepare(self, q, k, v, g, b, w, conv_state):
+    """Kernel inputs of a batch of sequences of equal length. q, k: [B, T, H*K]; v: [B, T, H_v*V] projected
+    inputs; g, b: [B, T, H, K]; w: [B, T, H_v, V]; conv_state: (q, k, v) states or None.
+    Returns ((q, k, v, g, b, w) with q, k, g, b: [B, T, H_v, K] and v, w: [B, T, H_v, V], new conv states)."""
     if self.use_short_conv:
         cq, ck, cv = conv_state if conv_state is not None else (None, None, None)
         q, cq = self.q_conv1d(q, cq)
@@ -215,13 +219,21 @@ def _mix(self, q, k, v, g, b, w, conv_state, recurrent_state, mode):
     v = v.unflatten(-1, (self.num_v_heads, V))
     if groups > 1:
         q, k, g, b = (x.repeat_interleave(groups, dim=2) for x in (q, k, g, b))
-    b, w = b.to(v.dtype), w.to(v.dtype)                   # g stays float32: FLA's convention
-    o, state = self._kernel(mode, q.device, q.shape[1])(q, k, v, g, b, w, initial_state=recurrent_state,
-                                            output_final_state=True)
+    return (q, k, v, g, b.to(v.dtype), w.to(v.dtype)), conv_state      # g stays float32: FLA's convention
+
+
+def _mix(self, q, k, v, g, b, w, conv_state, recurrent_state, mode):
+    """_prepare, then one kernel call with recurrent_state [B, H_v, K, V] or None.
+    Returns (o [B, T, H_v, V], new conv states, new recurrent state)."""
+    inputs, conv_state = self._prepare(q, k, v, g, b, w, conv_state)
+    o, state = self._kernel(mode, q.device, q.shape[1])(*inputs, initial_state=recurrent_state,
+                                                        output_final_state=True)
     return o, conv_state, state
 
 
+GatedDeltaNet2._uses_triton = _uses_triton
 GatedDeltaNet2._kernel = _kernel
+GatedDeltaNet2._prepare = _prepare
 GatedDeltaNet2._mix = _mix
 
 
@@ -281,6 +293,8 @@ def _forward(self, hidden_states, attention_mask=None, past_key_values=None, use
     g, b, w = self._gates(x)
     if segments is None:
         o, conv_state, state = self._mix(q, k, v, g, b, w, conv_state, state, mode)
+    elif mode == "chunk" and self._uses_triton(x.device):
+        o, conv_state, state = self._packed_chunk(segments, (q, k, v, g, b, w), conv_state, state, x)
     else:
         o = v.new_zeros(B, T, self.num_v_heads, self.head_v_dim)
         conv_out, state_out = [], []
@@ -302,6 +316,40 @@ def _forward(self, hidden_states, attention_mask=None, past_key_values=None, use
     return self.o_proj(o), None, past_key_values
 
 
+def _packed_chunk(self, segments, projected, conv_state, state, x):
+    """Sequences of different lengths in one launch of the Triton chunk kernel, as FLA does: the short
+    convolutions run per sequence, then the kernel inputs are packed along T and chunk_gdn2 takes cu_seqlens
+    (sequences without tokens keep their states). Returns (o [B, T, H_v, V], conv states, recurrent states)."""
+    B, T = x.shape[:2]
+    parts, conv_out, live = [], [], []
+    for n, (row, idx) in enumerate(segments):
+        cs = None if conv_state is None else tuple(c[n:n + 1] for c in conv_state)
+        if len(idx):
+            inputs, cs = self._prepare(*(t[row, idx][None] for t in projected), cs)
+            parts.append(inputs)
+            live.append(n)
+        conv_out.append(cs if cs is not None else self._empty_conv(x))
+    o = x.new_zeros(B, T, self.num_v_heads, self.head_v_dim)
+    new_state = torch.cat([self._empty_state(x)] * len(segments)) if state is None else state.clone()
+    conv_state = tuple(torch.cat(c) for c in zip(*conv_out)) if self.use_short_conv else None
+    if not live:                                              # only padding: nothing changes
+        return o, conv_state, new_state
+    offsets = [0]
+    for n in live:
+        offsets.append(offsets[-1] + len(segments[n][1]))
+    packed = [torch.cat(p, dim=1) for p in zip(*parts)]
+    h0 = None if state is None else state[live]
+    o_packed, h_live = self._kernel("chunk", x.device, T)(
+        *packed, initial_state=h0, output_final_state=True,
+        cu_seqlens=torch.tensor(offsets, dtype=torch.int32, device=x.device))
+    for j, n in enumerate(live):
+        row, idx = segments[n]
+        o[row, idx] = o_packed[0, offsets[j]:offsets[j + 1]].to(o.dtype)
+    new_state = new_state.to(h_live.dtype)
+    new_state[live] = h_live
+    return o, conv_state, new_state
+
+
 def _empty_conv(self, x):
     """Zero conv states for one sequence that has no token yet."""
     W = self.conv_size - 1
@@ -314,5 +362,6 @@ def _empty_state(self, x):
 
 
 GatedDeltaNet2.forward = _forward
+GatedDeltaNet2._packed_chunk = _packed_chunk
 GatedDeltaNet2._empty_conv = _empty_conv
 GatedDeltaNet2._empty_state = _empty_state
