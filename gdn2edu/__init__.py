@@ -17,6 +17,9 @@ from gdn2edu.matrix_intra import centered_pullback, subchunk_pullback, gram_free
 from gdn2edu.fused_recurrent import fused_recurrent_gdn2, fused_recurrent_gdn2_step
 from gdn2edu.chunk_kernels import chunk_gdn2_fwd_intra_kernel, chunk_gdn2_fwd_wy_kernel, chunk_gdn2_fwd_scan_kernel, chunk_gdn2_fwd_output_kernel, chunk_gdn2_fwd, baseline_inputs
 from gdn2edu.chunk_backward_kernels import chunk_gdn2_bwd_scan_kernel, chunk_gdn2_bwd_local_kernel, chunk_gdn2_bwd_inputs_kernel, chunk_gdn2_backward_triton, ChunkGDN2TritonFunction, chunk_gdn2
+from gdn2edu.layers import l2_normalize, ShortConvolution, RMSNormGated, GDN2Cache, GatedDeltaNet2
+from gdn2edu.lm import GDN2Block, GDN2LM
+from gdn2edu.mqar import mqar_batch, mqar_accuracy, train_mqar
 
 __all__ = [
     "glue",
@@ -72,4 +75,14 @@ __all__ = [
     "chunk_gdn2_backward_triton",
     "ChunkGDN2TritonFunction",
     "chunk_gdn2",
+    "l2_normalize",
+    "ShortConvolution",
+    "RMSNormGated",
+    "GDN2Cache",
+    "GatedDeltaNet2",
+    "GDN2Block",
+    "GDN2LM",
+    "mqar_batch",
+    "mqar_accuracy",
+    "train_mqar",
 ]

@@ -1,0 +1,86 @@
+# Generated from chapters/12_gdn2_layer.md by tools/tangle.py.
+# Edit the chapter, not this file: `python tools/tangle.py` rewrites it.
+
+"""Multi-query associative recall (Zoology's MQAR) with an overwrite variant, and a small training loop."""
+
+import time
+
+import torch
+import torch.nn.functional as F
+
+IGNORE = -100
+
+
+def _check_count(name, value, low, high):
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{name} must be an int in [{low}, {high}], got {value!r}")
+
+
+def mqar_batch(batch_size, num_pairs, num_queries, num_keys, num_values, overwrites=0, generator=None):
+    """A batch of MQAR sequences. Keys are tokens [0, num_keys), values [num_keys, num_keys + num_values).
+
+    Each row: num_pairs (key, value) pairs with distinct keys; then ``overwrites`` of those keys re-bound to
+    new values (each different from the key's old value); then num_queries distinct bound keys, each followed
+    by its latest value (the overwritten keys are asked first, in random order among the queries).
+    Returns (inputs [B, L] long, labels [B, L] long with the answer at each query key and -100 elsewhere),
+    L = 2 * (num_pairs + overwrites + num_queries).
+    """
+    _check_count("batch_size", batch_size, 1, 1 << 20)
+    _check_count("num_keys", num_keys, 1, 1 << 20)
+    _check_count("num_values", num_values, 2, 1 << 20)
+    _check_count("num_pairs", num_pairs, 1, num_keys)
+    _check_count("overwrites", overwrites, 0, num_pairs)
+    _check_count("num_queries", num_queries, 1, num_pairs)
+    gen = generator if generator is not None else torch.Generator().manual_seed(0)
+    L = 2 * (num_pairs + overwrites + num_queries)
+    inputs = torch.empty(batch_size, L, dtype=torch.long)
+    labels = torch.full((batch_size, L), IGNORE, dtype=torch.long)
+    for r in range(batch_size):
+        keys = torch.randperm(num_keys, generator=gen)[:num_pairs]
+        values = torch.randint(num_values, (num_pairs,), generator=gen)
+        which = torch.randperm(num_pairs, generator=gen)[:overwrites]            # indices into keys
+        shift = torch.randint(1, num_values, (overwrites,), generator=gen)
+        latest = values.clone()
+        latest[which] = (values[which] + shift) % num_values                       # never the old value
+        others = torch.tensor([i for i in torch.randperm(num_pairs, generator=gen).tolist()
+                               if i not in set(which.tolist())], dtype=torch.long)
+        asked = torch.cat([which, others])[:num_queries]
+        asked = asked[torch.randperm(num_queries, generator=gen)]
+        seq = [torch.stack([keys, values + num_keys], 1).flatten(),
+               torch.stack([keys[which], latest[which] + num_keys], 1).flatten(),
+               torch.stack([keys[asked], latest[asked] + num_keys], 1).flatten()]
+        inputs[r] = torch.cat(seq)
+        start = 2 * (num_pairs + overwrites)
+        labels[r, start::2] = latest[asked] + num_keys
+    return inputs, labels
+
+
+def mqar_accuracy(model, inputs, labels):
+    """Fraction of labelled positions where the model's most likely next token is the label."""
+    with torch.no_grad():
+        logits, _ = model(inputs)
+    mask = labels != IGNORE
+    return (logits.argmax(-1)[mask] == labels[mask]).float().mean().item()
+
+
+def train_mqar(model, task, steps, batch_size=32, lr=3e-3, weight_decay=0.1, seed=0, eval_batch=256):
+    """Train ``model`` (inputs [B, L] -> (logits, cache)) on mqar_batch(**task) for ``steps`` steps.
+
+    Returns {"loss": [per step], "accuracy": held-out accuracy, "seconds": wall time}."""
+    gen = torch.Generator().manual_seed(seed)
+    device = next(model.parameters()).device
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    losses, start = [], time.perf_counter()
+    model.train()
+    for _ in range(steps):
+        inputs, labels = (t.to(device) for t in mqar_batch(batch_size, generator=gen, **task))
+        logits, _ = model(inputs)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    model.eval()
+    held_out = mqar_batch(eval_batch, generator=torch.Generator().manual_seed(seed + 10_000), **task)
+    accuracy = mqar_accuracy(model, *(t.to(device) for t in held_out))
+    return {"loss": losses, "accuracy": accuracy, "seconds": time.perf_counter() - start}
