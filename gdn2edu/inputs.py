@@ -90,3 +90,23 @@ def one_token_as_sequence(q, k, v, g, b, w, state=None):
 def compute_dtype(*tensors) -> torch.dtype:
     """float64 if any given tensor is float64 (the oracle's precision), else float32."""
     return torch.float64 if any(t is not None and t.dtype == torch.float64 for t in tensors) else torch.float32
+
+
+def random_inputs(B, T, H, K, V, dtype=torch.float64, erase_max=2.0, decay_max=None, seed=None, device="cpu"):
+    """Random GDN2 inputs in their ranges: q, v standard normal; unit-norm keys; g = logsigmoid of a normal, or
+    -decay_max * U(0, 1) when decay_max is given; b in [0, erase_max]; w in [0, 1]. Drawn in float64 (from a
+    generator seeded with seed, else from torch's global one), then cast. Returns (q, k, v, g, b, w): q, k, g, b
+    [B, T, H, K] and v, w [B, T, H, V] in dtype on device."""
+    gen = None if seed is None else torch.Generator().manual_seed(seed)
+
+    def draw(sample, *shape):
+        return sample(*shape, generator=gen, dtype=torch.float64)
+
+    q = draw(torch.randn, B, T, H, K)
+    k = torch.nn.functional.normalize(draw(torch.randn, B, T, H, K), dim=-1)
+    v = draw(torch.randn, B, T, H, V)
+    g = (torch.nn.functional.logsigmoid(draw(torch.randn, B, T, H, K)) if decay_max is None
+         else -decay_max * draw(torch.rand, B, T, H, K))
+    b = erase_max * draw(torch.rand, B, T, H, K)
+    w = draw(torch.rand, B, T, H, V)
+    return tuple(x.to(device=device, dtype=dtype) for x in (q, k, v, g, b, w))

@@ -41,15 +41,9 @@ def built_book(root, tmp_path_factory):
 
 
 def make_inputs(B, T, H, K, V, dtype=torch.float64, erase_max=2.0, seed=0):
-    """Fresh random GDN2 inputs in their ranges: unit keys, log-decay < 0, b in [0, erase_max], w in [0, 1]."""
-    gen = torch.Generator().manual_seed(seed)
-    q = torch.randn(B, T, H, K, generator=gen, dtype=torch.float64)
-    k = torch.nn.functional.normalize(torch.randn(B, T, H, K, generator=gen, dtype=torch.float64), dim=-1)
-    v = torch.randn(B, T, H, V, generator=gen, dtype=torch.float64)
-    g = torch.nn.functional.logsigmoid(torch.randn(B, T, H, K, generator=gen, dtype=torch.float64))
-    b = erase_max * torch.rand(B, T, H, K, generator=gen, dtype=torch.float64)
-    w = torch.rand(B, T, H, V, generator=gen, dtype=torch.float64)
-    return tuple(x.to(dtype) for x in (q, k, v, g, b, w))
+    """Fresh random GDN2 inputs in their ranges (gdn2edu.inputs.random_inputs), seeded."""
+    from gdn2edu.inputs import random_inputs       # after TRITON_INTERPRET is set: gdn2edu imports triton
+    return random_inputs(B, T, H, K, V, dtype=dtype, erase_max=erase_max, seed=seed)
 
 
 def mathjax_checker(root):
