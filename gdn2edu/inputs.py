@@ -97,6 +97,14 @@ def random_inputs(B, T, H, K, V, dtype=torch.float64, erase_max=2.0, decay_max=N
     -decay_max * U(0, 1) when decay_max is given; b in [0, erase_max]; w in [0, 1]. Drawn in float64 (from a
     generator seeded with seed, else from torch's global one), then cast. Returns (q, k, v, g, b, w): q, k, g, b
     [B, T, H, K] and v, w [B, T, H, V] in dtype on device."""
+    for name, size in dict(B=B, T=T, H=H, K=K, V=V).items():
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"{name} must be a positive int, got {size!r}")
+    for name, bound in dict(erase_max=erase_max, decay_max=decay_max).items():
+        if bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, float)) or not bound >= 0):
+            raise ValueError(f"{name} must be a number >= 0{' or None' if name == 'decay_max' else ''}, got {bound!r}")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
     gen = None if seed is None else torch.Generator().manual_seed(seed)
 
     def draw(sample, *shape):

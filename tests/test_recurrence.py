@@ -152,3 +152,25 @@ def test_step_errors_name_the_state_argument(step):
     for bad in (torch.randn(2, 3, 4, 6), torch.randn(2, 3, 4), "cache"):
         with pytest.raises(ValueError, match="^state must"):
             step(q, q, v, q, q, v, state=bad)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(T=0), "T must be a positive int"),
+    (dict(K=2.5), "K must be a positive int"),
+    (dict(erase_max=-1.0), "erase_max must be a number >= 0"),
+    (dict(decay_max=-5.0), "decay_max must be a number >= 0 or None"),
+    (dict(dtype=torch.int32), "dtype must be a floating-point"),
+])
+def test_random_inputs_names_bad_arguments(kwargs, message):
+    sizes = dict(B=1, T=4, H=1, K=3, V=2)
+    with pytest.raises(ValueError, match=message):
+        gdn2edu.random_inputs(**{**sizes, **kwargs})
+
+
+def test_random_inputs_are_in_their_ranges_and_seeded():
+    q, k, v, g, b, w = gdn2edu.random_inputs(2, 5, 3, 4, 6, decay_max=5.0, erase_max=1.5, seed=1)
+    assert torch.allclose(k.norm(dim=-1), torch.ones(2, 5, 3, dtype=torch.float64))
+    assert (g <= 0).all() and (g >= -5).all() and (b >= 0).all() and (b <= 1.5).all()
+    assert (w >= 0).all() and (w <= 1).all() and v.shape == (2, 5, 3, 6)
+    again = gdn2edu.random_inputs(2, 5, 3, 4, 6, decay_max=5.0, erase_max=1.5, seed=1)
+    assert all(torch.equal(x, y) for x, y in zip((q, k, v, g, b, w), again))
