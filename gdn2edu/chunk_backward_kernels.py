@@ -210,8 +210,8 @@ def chunk_gdn2_bwd_inputs_kernel(q, k, b, Gc, P, R, do, h, ht, dh, dA, dAqk, dq,
     sub-chunk anchored at its midpoint (safe_gate); MODE 1: the same, for the chunks whose flag (from the
     forward's intra kernel) lacks bit 1; MODE 2: only the chunks with bit 1, each sub-chunk anchored at its last
     row (for the rows after it) and its first row (for the keys before it), where every factor is at most 1,
-    and the 16 x 16 diagonal blocks token by token. Writes dq, dk, db and dg (the reverse cumulative sum over the chunk plus the
-    endpoint), each in the type of its input."""
+    and the 16 x 16 diagonal blocks token by token. Writes dq, dk, db and dg (the reverse cumulative sum over
+    the chunk plus the endpoint), each in the type of its input."""
     i_t, i_h, i_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     if MODE != 0:
         if (tl.load(flags + i_t * H + i_h) // 2 == 1) != (MODE == 2):

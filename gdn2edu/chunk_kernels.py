@@ -16,6 +16,7 @@ if not torch.cuda.is_available():
 import triton
 import triton.language as tl
 
+from gdn2edu.fused_recurrent import _check_kernel_dtypes
 from gdn2edu.inputs import _check_state, validate_inputs
 
 
@@ -436,7 +437,6 @@ def _operand_limit(store):
     float16 operand overflows at 2^16, so 2^e times the largest |k|, |b k| or |scale q| must stay within 2^14;
     other types take MID_LIMIT."""
     return 14.0 if store == torch.float16 else MID_LIMIT
-_KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def _check_gate_options(safe_gate, lower_bound):
@@ -469,10 +469,8 @@ def _plan(q, k, v, g, b, w, scale, initial_state, cu_seqlens, safe_gate=False, l
     """Check the inputs of chunk_gdn2 and build the launch plan (the backward of Chapter 10 shares it)."""
     dims = validate_inputs(q, k, v, g, b, w, scale, None if cu_seqlens is not None else initial_state)
     _check_gate_options(safe_gate, lower_bound)
-    for name, x in dict(q=q, k=k, v=v, g=g, b=b, w=w, initial_state=initial_state).items():
-        if x is not None and x.dtype not in _KERNEL_DTYPES:
-            raise ValueError(f"{name} must be float32, bfloat16 or float16 (the kernels accumulate in float32), "
-                             f"got {x.dtype}; recurrent_gdn2 and chunk_gdn2_torch compute in float64")
+    _check_kernel_dtypes(dict(q=q, k=k, v=v, g=g, b=b, w=w, initial_state=initial_state),
+                         "recurrent_gdn2 and chunk_gdn2_torch")
     _check_shared_memory(q)
     B, T, H, K, V = dims.B, dims.T, dims.H, dims.K, dims.V
     if K > 256 or V > 256:
@@ -562,8 +560,8 @@ def chunk_gdn2_fwd(q, k, v, g, b, w, scale=None, initial_state=None, output_fina
     cu_seqlens, initial_state is [B, H, K, V] or None. With cu_seqlens (int tensor [N + 1]: 0 = t_0 < t_1 < ...
     < t_N = T) B must be 1, the N sequences q[:, t_n:t_{n+1}] run independently and the states are [N, H, K, V].
     safe_gate=True always takes the midpoint anchor on the diagonal blocks, unchecked: it requires every g in
-    [-5, 0] (lower_bound, if given, must lie in [-5, 0)). The default checks each sub-chunk and falls back to
-    token-by-token products where the midpoint's factors would leave float32's range.
+    [-5, 0] (lower_bound, if given, must lie in [-5, 0)). The default checks each chunk and redoes, token by
+    token, the diagonal blocks of those whose midpoint factors would leave float32's range.
     Accumulates in float32; returns (o [B, T, H, V] in v's dtype, final state float32 [B or N, H, K, V] or None).
     """
     p = _plan(q, k, v, g, b, w, scale, initial_state, cu_seqlens, safe_gate, lower_bound)

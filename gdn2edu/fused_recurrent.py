@@ -19,7 +19,16 @@ from gdn2edu.inputs import one_token_as_sequence, validate_inputs
 # Triton reads the switch when a kernel is defined; this is its reading of the variable's value
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
 _MAX_HEAD_DIM = 256
-_INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_INPUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _check_kernel_dtypes(named, oracles):
+    """Each tensor of the dict named (None skipped) is of a type the Triton kernels take; else a ValueError
+    naming it, and the float64 oracles to use instead."""
+    for name, x in named.items():
+        if x is not None and x.dtype not in _INPUT_DTYPES:
+            raise ValueError(f"{name} must be float32, bfloat16 or float16 (the kernels accumulate in float32), "
+                             f"got {x.dtype}; {oracles} compute in float64")
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -78,11 +87,7 @@ def fused_recurrent_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, outpu
     Returns (o [B, T, H, V] in v's dtype, final state [B, H, K, V] in float32 or None).
     """
     dims = validate_inputs(q, k, v, g, b, w, scale, initial_state)
-    named = dict(q=q, k=k, v=v, g=g, b=b, w=w, initial_state=initial_state)
-    for name, x in named.items():
-        if x is not None and x.dtype not in _INPUT_DTYPES:
-            raise ValueError(f"{name} must be bfloat16, float16 or float32 (the kernel computes in float32), "
-                             f"got {x.dtype}; recurrent_gdn2 is the float64 oracle")
+    _check_kernel_dtypes(dict(q=q, k=k, v=v, g=g, b=b, w=w, initial_state=initial_state), "recurrent_gdn2")
     for name, size in (("k", dims.K), ("v", dims.V)):
         if size > _MAX_HEAD_DIM:
             raise ValueError(f"{name} has head dim {size}, fused_recurrent_gdn2 supports at most {_MAX_HEAD_DIM} "
