@@ -1,0 +1,111 @@
+"""Sweep the forward kernels' tile tables one kernel at a time on a GPU and record each kernel's device time.
+
+    python tools/gpu_forward_sweep.py --commit SHA --out results/h200_forward_sweep.json --budget 400
+
+For each shape and each setting of one table (the others shipped), it checks that the output equals the shipped
+setting's up to rounding, then records that kernel's profiled time and the whole forward's median time, on the
+default path and, once per shape, on ``safe_gate=True``. It also times the intra kernel's second launch alone
+(MODE 2 on a chunk with no flag set: the price of the check when no chunk needs the fallback).
+"""
+
+import argparse
+import json
+import time
+
+import torch
+
+import gdn2edu
+from gdn2edu import chunk_kernels
+from gdn2edu.bench import FORWARD_KERNELS, kernel_times, measure_ms, provenance
+from gdn2edu.chunk_kernels import baseline_inputs
+
+# candidate settings per table; the shipped one is tried first
+CANDIDATES = {
+    "INTRA_TILES": [dict(BK=16, num_warps=2, num_stages=2), dict(BK=32, num_warps=1, num_stages=2),
+                    dict(BK=16, num_warps=1, num_stages=1), dict(BK=32, num_warps=2, num_stages=2),
+                    dict(BK=16, num_warps=4, num_stages=2)],
+    "WY_TILES": [dict(BK=64, BV=64, num_warps=4), dict(BK=32, BV=128, num_warps=4), dict(BK=64, BV=128, num_warps=8),
+                 dict(BK=32, BV=64, num_warps=2), dict(BK=16, BV=64, num_warps=4), dict(BK=64, BV=64, num_warps=2)],
+    "SCAN_TILES": [dict(BV=16, num_warps=4, num_stages=4), dict(BV=64, num_warps=4, num_stages=4),
+                   dict(BV=32, num_warps=4, num_stages=2), dict(BV=32, num_warps=8, num_stages=4),
+                   dict(BV=16, num_warps=2, num_stages=4), dict(BV=64, num_warps=8, num_stages=3)],
+    "OUTPUT_TILES": [dict(BV=64, num_warps=4), dict(BV=128, num_warps=8), dict(BV=64, num_warps=2)],
+}
+KERNEL_OF_TABLE = {"INTRA_TILES": "intra", "WY_TILES": "wy", "SCAN_TILES": "scan", "OUTPUT_TILES": "output"}
+
+
+def per_kernel(fn):
+    """{"intra", "wy", "scan", "output"}: each forward kernel's profiled device time per call, in ms."""
+    times = kernel_times(fn)
+    return {short: sum(ms for name, ms in times.items() if full in name) for short, full in FORWARD_KERNELS.items()}
+
+
+def second_launch_ms(inputs):
+    """Device time of the intra kernel's MODE 2 launch when no chunk is flagged (every program returns at once)."""
+    q, k, v, g, b, w = inputs
+    p = chunk_kernels._plan(q, k, v, g, b, w, None, None, None)
+    B, T, H, K = p.B, p.T, p.H, p.K
+    A = torch.empty(B, T, H, 64, dtype=torch.float32, device=q.device)
+    flags = torch.zeros(p.chunks.shape[0], H, dtype=torch.int32, device=q.device)
+    tiles = chunk_kernels.INTRA_TILES
+
+    def launch():
+        chunk_kernels.chunk_gdn2_fwd_intra_kernel[(p.chunks.shape[0], H)](
+            q, k, g, b, A, A, flags, p.cu, p.chunks, p.scale, H=H, K=K, BT=64, BC=16,
+            BK=min(chunk_kernels._block_width(K), tiles["BK"]), MODE=2, MID_LIMIT=chunk_kernels.MID_LIMIT,
+            OPERAND_LIMIT=chunk_kernels._operand_limit(p.store), DOT=p.DOT, num_warps=tiles["num_warps"],
+            num_stages=tiles["num_stages"])
+    return measure_ms(launch)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget", type=float, default=400.0, help="seconds; no new setting starts after it")
+    parser.add_argument("--shapes", default="1x8192x16,4x2048x16")
+    parser.add_argument("--tables", default=",".join(CANDIDATES))
+    parser.add_argument("--commit", default=None)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    start = time.monotonic()
+    shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")]
+    result = {"provenance": provenance("cuda", args.commit, ["(tools/gpu_forward_sweep.py)", *(argv or [])]),
+              "shipped": {name: dict(getattr(chunk_kernels, name)) for name in CANDIDATES}, "rows": [],
+              "second_launch": [], "safe_gate": []}
+
+    def save():
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+
+    for B, T, H in shapes:
+        inputs = baseline_inputs(B, T, H, seed=1)
+        reference, _ = gdn2edu.chunk_gdn2(*inputs)
+        safe = lambda: gdn2edu.chunk_gdn2(*inputs, safe_gate=True)          # noqa: E731
+        result["safe_gate"].append({"shape": [B, T, H], "fwd_ms": measure_ms(safe), "kernels": per_kernel(safe)})
+        result["second_launch"].append({"shape": [B, T, H], "ms": second_launch_ms(inputs)})
+        for table in args.tables.split(","):
+            shipped = dict(getattr(chunk_kernels, table))
+            for setting in [shipped] + CANDIDATES[table]:
+                if time.monotonic() - start > args.budget:
+                    result["stopped"] = "budget"
+                    save()
+                    return
+                getattr(chunk_kernels, table).update(setting)
+                row = {"shape": [B, T, H], "table": table, "setting": setting, "shipped": setting == shipped}
+                try:
+                    o, _ = gdn2edu.chunk_gdn2(*inputs)
+                    row["max_diff_vs_shipped"] = (o.float() - reference.float()).abs().max().item()
+                    fn = lambda: gdn2edu.chunk_gdn2(*inputs)                 # noqa: E731
+                    row["fwd_ms"] = measure_ms(fn)
+                    row["kernel_ms"] = per_kernel(fn)[KERNEL_OF_TABLE[table]]
+                except Exception as err:                # out of resources: record it and go on
+                    row["error"] = f"{type(err).__name__}: {err}"[:300]
+                getattr(chunk_kernels, table).update(shipped)
+                result["rows"].append(row)
+                print(json.dumps(row), flush=True)
+                save()
+    result["elapsed_s"] = time.monotonic() - start
+    save()
+
+
+if __name__ == "__main__":
+    main()
