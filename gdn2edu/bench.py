@@ -214,7 +214,7 @@ def time_forward_backward(fn, inputs, warmup=25, rep=100):
     do = torch.randn_like(o)
     row["bwd_ms"] = measure_ms(lambda: torch.autograd.grad(o, leaves, do, retain_graph=True, allow_unused=True),
                                warmup, rep)
-    del o
+    o = None                          # free the graph before timing whole steps
 
     def step():
         return torch.autograd.grad(fn(*leaves)[0], leaves, do, allow_unused=True)
@@ -267,8 +267,9 @@ def _int_list(text):
     return values
 
 
-def provenance(device, commit=None, argv=()):
-    """Where and with what a result was measured: device name, driver, torch, triton, FLA, date, commit, command."""
+def provenance(device, commit=None, argv=(), program="python -m gdn2edu.bench"):
+    """Where and with what a result was measured: device name, driver, torch, triton, FLA, date, commit, and the
+    command (``program`` and its arguments argv)."""
     import triton
     gpu = torch.device(device).type == "cuda"
     driver = None
@@ -292,7 +293,7 @@ def provenance(device, commit=None, argv=()):
             "device_type": "cuda" if gpu else "cpu", "driver": driver, "torch": torch.__version__,
             "triton": triton.__version__, "fla": fla, "commit": commit,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "command": " ".join(["python -m gdn2edu.bench", *argv])}
+            "command": " ".join([program, *argv])}
 
 
 class _OutOfTime(BaseException):          # not caught by libraries' "except Exception"

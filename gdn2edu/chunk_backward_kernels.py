@@ -6,8 +6,8 @@
 import torch
 
 from gdn2edu.chunk_kernels import (INTRA_TILES, WY_TILES, _Plan, _block_width, _chunk_of_program,
-                                   _forward_output, _forward_states, _load, _load_tile, _on_device, _plan, _tile,
-                                   chunk_gdn2_fwd)
+                                   _forward_output, _forward_states, _load, _load_tile, _on_device, _plan,
+                                   _scan_value_block, _tile, chunk_gdn2_fwd)
 
 import triton                        # after gdn2edu.chunk_kernels, which selects the interpreter without a GPU
 import triton.language as tl
@@ -56,7 +56,8 @@ def chunk_gdn2_bwd_scan_kernel(Aqk, QG, AE, KG, GN, do, dR, dh, dht, dh0, cu_seq
 
 
 # Tiles of the backward kernels: value and key blocks, warps, pipeline stages; module-level tables
-# so that a tuning run can try others. The scan's value block "auto" is chosen per call (_scan_value_block).
+# so that a tuning run can try others. The scan's value block "auto" is chosen per call (_scan_value_block,
+# Chapter 9's rule for both scans).
 # With float32 intermediates the scan's tiles leave room for one stage only, as in the forward's scan.
 BWD_SCAN_TILES = {"BV": "auto", "num_warps": 4, "num_stages": 3}
 BWD_LOCAL_TILES = {"BV": 128, "num_warps": 4, "num_stages": 1}
@@ -67,28 +68,11 @@ BACKWARD_TILE_TABLES = {"BWD_SCAN_TILES": BWD_SCAN_TILES, "BWD_LOCAL_TILES": BWD
                         "BWD_INPUTS_TILES": BWD_INPUTS_TILES, "WY_TILES": WY_TILES, "INTRA_TILES": INTRA_TILES}
 
 
-def _one_wave_block(N, H, V, multiprocessors):
-    """The narrowest value block of 16, 32, 64 whose N * H * ceil(V / block) scan programs all run at once,
-    one per multiprocessor; 64 when none does. A narrower block shortens each chunk's step, but programs
-    beyond one per multiprocessor wait for a second wave."""
-    return next((bv for bv in (16, 32) if N * H * triton.cdiv(V, bv) <= multiprocessors), 64)
-
-
-def _scan_value_block(p: _Plan, device):
-    """BWD_SCAN_TILES["BV"], or for "auto" _one_wave_block on the device's multiprocessors (on the CPU: 64);
-    at most V rounded up to a power of two."""
-    BV = BWD_SCAN_TILES["BV"]
-    if BV == "auto":
-        sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
-        BV = _one_wave_block(p.N, p.H, p.V, sms)
-    return _block_width(p.V, BV)
-
-
 def _reverse_scan(f, do, dht, p: _Plan, want_dh0):
     """Launch the reverse scan on the recomputed intermediates f. Returns (R_bar [B, T, H, V] and the leaving
     states' adjoints dh [chunks, H, K, V] in p.store, dh0 [N, H, K, V] float32 or None)."""
     BK = _block_width(p.K)
-    BV = _scan_value_block(p, do.device)
+    BV = _scan_value_block(BWD_SCAN_TILES["BV"], p.N, p.H, p.V, do.device)
     like = dict(dtype=p.store, device=do.device)
     dR = torch.empty(p.B, p.T, p.H, p.V, **like)
     dh = torch.empty(p.chunks.shape[0], p.H, p.K, p.V, **like)
@@ -218,7 +202,7 @@ def chunk_gdn2_bwd_inputs_kernel(q, k, b, Gc, P, R, do, h, ht, dh, dA, dAqk, dq,
             return
     bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)
     i_n = tl.load(chunk_indices + 2 * i_t).to(tl.int64)
-    o_t, o_c = tl.arange(0, BT), tl.arange(0, BC)
+    o_t = tl.arange(0, BT)
     p_qk, p_vw, p_A = (bos * H + i_h) * K, (bos * H + i_h) * V, (bos * H + i_h) * BT
     p_h, c0 = (i_t.to(tl.int64) * H + i_h) * K * V, i_k * BK
     CT: tl.constexpr = P.dtype.element_ty                 # the products' operand type

@@ -97,17 +97,18 @@ def _pairwise_scores(b_q, b_e, b_k, b_g, BC: tl.constexpr):
 @triton.jit
 def _diagonal_scores(b_q, b_e, b_k, b_g, b_last, PAIRWISE: tl.constexpr, BC: tl.constexpr, DOT: tl.constexpr):
     """A diagonal block (E_a Y_a^T, Q_a Y_a^T), [BC, BC] each, token by token or by one product with the midpoint
-    anchor m; and the largest base-2 exponent e the midpoint puts on a factor, max(G_first - m, m - G_last) over
-    the channels (b_last: G on the last row), which decides whether that product was safe (0 when PAIRWISE)."""
+    anchor m; and per channel [BK] the largest base-2 exponent the midpoint puts on a factor,
+    max(G_first - m, m - G_last) (b_last: G on the last row), whose maximum decides whether that product was
+    safe (0 when PAIRWISE)."""
     if PAIRWISE:
         b_l, b_s = _pairwise_scores(b_q, b_e, b_k, b_g, BC)
-        e = 0.0
+        b_x = tl.zeros_like(b_last)
     else:
         b_m = _row(b_g, BC // 2, BC)
         b_qr, b_er = _anchored_rows(b_q, b_e, b_g, b_m)
         b_l, b_s = _scores(b_qr, b_er, b_m, b_k, b_g, DOT)
-        e = tl.max(tl.maximum(_row(b_g, 0, BC) - b_m, b_m - b_last))
-    return b_l, b_s, e
+        b_x = tl.maximum(_row(b_g, 0, BC) - b_m, b_m - b_last)
+    return b_l, b_s, b_x
 
 
 @triton.jit
@@ -117,8 +118,9 @@ def _chunk_scores(q, k, g, b, bos, T, t0, i_h, scale, H: tl.constexpr, K: tl.con
     blocks: the diagonal blocks token by token (PAIRWISE) or on the midpoint anchor, the blocks below with the
     rows of sub-chunk a anchored at its first row, where every factor is at most 1. Also the largest midpoint
     exponent e of the chunk and the largest |k|, |b k|, |scale q| (what a midpoint factor multiplies)."""
-    e, amax = 0.0, 0.0
-    z = tl.zeros([BC, BC], dtype=tl.float32)
+    amax = 0.0
+    b_x = tl.zeros([BK], dtype=tl.float32)     # the exponents per channel position, maxed over blocks: one
+    z = tl.zeros([BC, BC], dtype=tl.float32)   # reduction to a scalar at the end instead of one per block
     b_L00, b_L11, b_L22, b_L33, b_L10, b_L20, b_L21, b_L30, b_L31, b_L32 = z, z, z, z, z, z, z, z, z, z
     b_S00, b_S11, b_S22, b_S33, b_S10, b_S20, b_S21, b_S30, b_S31, b_S32 = z, z, z, z, z, z, z, z, z, z
     for i_k in range(tl.cdiv(K, BK)):          # the scores are sums over the key axis: accumulate by blocks
@@ -134,14 +136,14 @@ def _chunk_scores(q, k, g, b, bos, T, t0, i_h, scale, H: tl.constexpr, K: tl.con
             amax = tl.maximum(amax, _largest(b_q1, b_e1, b_k1, scale))
             amax = tl.maximum(amax, _largest(b_q2, b_e2, b_k2, scale))
             amax = tl.maximum(amax, _largest(b_q3, b_e3, b_k3, scale))
-        b_l, b_s, e_a = _diagonal_scores(b_q0, b_e0, b_k0, b_g0, b_last0, PAIRWISE, BC, DOT)
-        b_L00, b_S00, e = b_L00 + b_l, b_S00 + b_s, tl.maximum(e, e_a)
-        b_l, b_s, e_a = _diagonal_scores(b_q1, b_e1, b_k1, b_g1, b_last1, PAIRWISE, BC, DOT)
-        b_L11, b_S11, e = b_L11 + b_l, b_S11 + b_s, tl.maximum(e, e_a)
-        b_l, b_s, e_a = _diagonal_scores(b_q2, b_e2, b_k2, b_g2, b_last2, PAIRWISE, BC, DOT)
-        b_L22, b_S22, e = b_L22 + b_l, b_S22 + b_s, tl.maximum(e, e_a)
-        b_l, b_s, e_a = _diagonal_scores(b_q3, b_e3, b_k3, b_g3, b_last3, PAIRWISE, BC, DOT)
-        b_L33, b_S33, e = b_L33 + b_l, b_S33 + b_s, tl.maximum(e, e_a)
+        b_l, b_s, b_xa = _diagonal_scores(b_q0, b_e0, b_k0, b_g0, b_last0, PAIRWISE, BC, DOT)
+        b_L00, b_S00, b_x = b_L00 + b_l, b_S00 + b_s, tl.maximum(b_x, b_xa)
+        b_l, b_s, b_xa = _diagonal_scores(b_q1, b_e1, b_k1, b_g1, b_last1, PAIRWISE, BC, DOT)
+        b_L11, b_S11, b_x = b_L11 + b_l, b_S11 + b_s, tl.maximum(b_x, b_xa)
+        b_l, b_s, b_xa = _diagonal_scores(b_q2, b_e2, b_k2, b_g2, b_last2, PAIRWISE, BC, DOT)
+        b_L22, b_S22, b_x = b_L22 + b_l, b_S22 + b_s, tl.maximum(b_x, b_xa)
+        b_l, b_s, b_xa = _diagonal_scores(b_q3, b_e3, b_k3, b_g3, b_last3, PAIRWISE, BC, DOT)
+        b_L33, b_S33, b_x = b_L33 + b_l, b_S33 + b_s, tl.maximum(b_x, b_xa)
         b_f = _row(b_g1, 0, BC)
         b_qr, b_er = _anchored_rows(b_q1, b_e1, b_g1, b_f)
         b_l, b_s = _scores(b_qr, b_er, b_f, b_k0, b_g0, DOT)
@@ -161,7 +163,7 @@ def _chunk_scores(q, k, g, b, bos, T, t0, i_h, scale, H: tl.constexpr, K: tl.con
         b_l, b_s = _scores(b_qr, b_er, b_f, b_k2, b_g2, DOT)
         b_L32, b_S32 = b_L32 + b_l, b_S32 + b_s
     return (b_L00, b_L11, b_L22, b_L33, b_L10, b_L20, b_L21, b_L30, b_L31, b_L32,
-            b_S00, b_S11, b_S22, b_S33, b_S10, b_S20, b_S21, b_S30, b_S31, b_S32, e, amax)
+            b_S00, b_S11, b_S22, b_S33, b_S10, b_S20, b_S21, b_S30, b_S31, b_S32, tl.max(b_x), amax)
 
 
 @triton.jit
@@ -393,10 +395,10 @@ def _schedule(offsets, BT, device):
 # Chosen by measurement on an H200 (tools/gpu_tune_scan.py; WY_TILES and INTRA_TILES by
 # tools/gpu_tune_backward.py, on the backward's recomputation); module-level tables so that a tuning run
 # can try others.
-SCAN_TILES = {"BV": 32, "num_warps": 4, "num_stages": 4}
-WY_TILES = {"BK": 32, "BV": 64, "num_warps": 4}           # the WY kernel's key and value blocks, warps
+SCAN_TILES = {"BV": "auto", "num_warps": 4, "num_stages": 4}  # "auto": _one_wave_block, per call
+WY_TILES = {"BK": 32, "BV": 64, "num_warps": 2}           # the WY kernel's key and value blocks, warps
 OUTPUT_TILES = {"BV": 128, "num_warps": 4}                # the output kernel's value block, warps
-INTRA_TILES = {"BK": 16, "num_warps": 1, "num_stages": 2}  # the intra kernel's key block, warps, stages
+INTRA_TILES = {"BK": 16, "num_warps": 1, "num_stages": 1}  # the intra kernel's key block, warps, stages
 # With 16-bit inputs, store AE, AZ, kg, Q_g, h and R in that type (half the traffic, 16-bit tensor-core
 # products; the state and every accumulation stay float32). False keeps them in float32.
 LOW_PRECISION_INTERMEDIATES = True
@@ -406,6 +408,22 @@ def _block_width(dim, widest=None):
     """A block width for a head dim: its next power of two, at least 16 (tl.dot's smallest), at most widest."""
     width = max(16, triton.next_power_of_2(dim))
     return width if widest is None else min(widest, width)
+
+
+def _one_wave_block(N, H, V, multiprocessors):
+    """The narrowest value block of 16, 32, 64 whose N * H * ceil(V / block) scan programs all run at once,
+    one per multiprocessor; 64 when none does. A narrower block shortens each chunk's step, but programs
+    beyond one per multiprocessor wait for a second wave."""
+    return next((bv for bv in (16, 32) if N * H * triton.cdiv(V, bv) <= multiprocessors), 64)
+
+
+def _scan_value_block(setting, N, H, V, device):
+    """A scan's value block: the table's ``setting``, or for "auto" _one_wave_block on the device's
+    multiprocessors (on the CPU: 64); at most V rounded up to a power of two."""
+    if setting == "auto":
+        sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+        setting = _one_wave_block(N, H, V, sms)
+    return _block_width(V, setting)
 
 
 class _Plan(NamedTuple):
@@ -497,7 +515,7 @@ def _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p: _Pla
     BT, BC = 64, 16
     B, T, H, K, V = p.B, p.T, p.H, p.K, p.V
     BK = _block_width(K)
-    BV = _block_width(V, SCAN_TILES["BV"])
+    BV = _scan_value_block(SCAN_TILES["BV"], p.N, H, V, q.device)
     n_chunks = p.chunks.shape[0]
     A = torch.empty(B, T, H, BT, dtype=torch.float32, device=q.device)
     Aqk = torch.empty_like(A)

@@ -10,6 +10,7 @@ default path and, once per shape, on ``safe_gate=True``. It also times the intra
 
 import argparse
 import json
+import sys
 import time
 
 import torch
@@ -21,15 +22,14 @@ from gdn2edu.chunk_kernels import baseline_inputs
 
 # candidate settings per table; the shipped one is tried first
 CANDIDATES = {
-    "INTRA_TILES": [dict(BK=16, num_warps=2, num_stages=2), dict(BK=32, num_warps=1, num_stages=2),
-                    dict(BK=16, num_warps=1, num_stages=1), dict(BK=32, num_warps=2, num_stages=2),
-                    dict(BK=16, num_warps=4, num_stages=2)],
-    "WY_TILES": [dict(BK=64, BV=64, num_warps=4), dict(BK=32, BV=128, num_warps=4), dict(BK=64, BV=128, num_warps=8),
-                 dict(BK=32, BV=64, num_warps=2), dict(BK=16, BV=64, num_warps=4), dict(BK=64, BV=64, num_warps=2)],
-    "SCAN_TILES": [dict(BV=16, num_warps=4, num_stages=4), dict(BV=64, num_warps=4, num_stages=4),
-                   dict(BV=32, num_warps=4, num_stages=2), dict(BV=32, num_warps=8, num_stages=4),
-                   dict(BV=16, num_warps=2, num_stages=4), dict(BV=64, num_warps=8, num_stages=3)],
-    "OUTPUT_TILES": [dict(BV=64, num_warps=4), dict(BV=128, num_warps=8), dict(BV=64, num_warps=2)],
+    "INTRA_TILES": [dict(BK=16, num_warps=1, num_stages=2), dict(BK=32, num_warps=1, num_stages=1),
+                    dict(BK=16, num_warps=2, num_stages=1)],
+    "WY_TILES": [dict(BK=32, BV=64, num_warps=4), dict(BK=64, BV=64, num_warps=4), dict(BK=16, BV=64, num_warps=2),
+                 dict(BK=32, BV=128, num_warps=2), dict(BK=32, BV=32, num_warps=2), dict(BK=64, BV=64, num_warps=2)],
+    "SCAN_TILES": [dict(BV=16, num_warps=4, num_stages=4), dict(BV=32, num_warps=4, num_stages=4),
+                   dict(BV=64, num_warps=4, num_stages=4), dict(BV="auto", num_warps=4, num_stages=3),
+                   dict(BV="auto", num_warps=4, num_stages=2)],
+    "OUTPUT_TILES": [dict(BV=64, num_warps=4), dict(BV=128, num_warps=8)],
 }
 KERNEL_OF_TABLE = {"INTRA_TILES": "intra", "WY_TILES": "wy", "SCAN_TILES": "scan", "OUTPUT_TILES": "output"}
 
@@ -61,14 +61,14 @@ def second_launch_ms(inputs):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=float, default=400.0, help="seconds; no new setting starts after it")
-    parser.add_argument("--shapes", default="1x8192x16,4x2048x16")
+    parser.add_argument("--shapes", default="1x8192x16,4x2048x16,8x1024x16,2x8192x16")
     parser.add_argument("--tables", default=",".join(CANDIDATES))
     parser.add_argument("--commit", default=None)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     start = time.monotonic()
     shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")]
-    result = {"provenance": provenance("cuda", args.commit, ["(tools/gpu_forward_sweep.py)", *(argv or [])]),
+    result = {"provenance": provenance("cuda", args.commit, argv or sys.argv[1:], "python tools/gpu_forward_sweep.py"),
               "shipped": {name: dict(getattr(chunk_kernels, name)) for name in CANDIDATES}, "rows": [],
               "second_launch": [], "safe_gate": []}
 
@@ -84,7 +84,7 @@ def main(argv=None):
         result["second_launch"].append({"shape": [B, T, H], "ms": second_launch_ms(inputs)})
         for table in args.tables.split(","):
             shipped = dict(getattr(chunk_kernels, table))
-            for setting in [shipped] + CANDIDATES[table]:
+            for setting in [shipped] + [c for c in CANDIDATES[table] if c != shipped]:
                 if time.monotonic() - start > args.budget:
                     result["stopped"] = "budget"
                     save()

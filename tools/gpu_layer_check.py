@@ -146,8 +146,7 @@ def main(argv=None):
     if not args.cpu and not torch.cuda.is_available():
         raise SystemExit("gpu_layer_check.py runs on a CUDA GPU (or --cpu --reference ours, a dry run)")
     device = torch.device("cpu" if args.cpu else "cuda")
-    result = {"provenance": {**provenance(device, args.commit, argv),
-                             "command": " ".join(["python tools/gpu_layer_check.py", *argv])}}
+    result = {"provenance": provenance(device, args.commit, argv, "python tools/gpu_layer_check.py")}
     result.update(run(args, device))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))

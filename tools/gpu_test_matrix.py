@@ -175,7 +175,7 @@ def main(argv=None):
     if isinstance(fla, str):
         raise SystemExit(f"--fla: FLA is {fla}")
     impls = {"gdn2edu": gdn2edu.chunk_gdn2, **({"fla": fla["chunk"]} if fla else {})}
-    result = {"provenance": provenance(device, args.commit, ["tools/gpu_test_matrix.py", *(argv or sys.argv[1:])]),
+    result = {"provenance": provenance(device, args.commit, argv or sys.argv[1:], "python tools/gpu_test_matrix.py"),
               "tolerance": TOLERANCE, "cases": [], "offsets_past_int32": None}
     start = time.monotonic()
     for i, case in enumerate(CASES):

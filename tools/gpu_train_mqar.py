@@ -57,8 +57,7 @@ def main(argv=None):
     device = torch.device("cuda")
     autocast = torch.bfloat16 if args.dtype == "bf16" else None
     vocab = {name: t["num_keys"] + t["num_values"] for name, t in TASKS.items()}
-    result = {"provenance": {**provenance(device, args.commit, argv), "command": " ".join(
-                  ["python tools/gpu_train_mqar.py", *argv])},
+    result = {"provenance": provenance(device, args.commit, argv, "python tools/gpu_train_mqar.py"),
               "model": MODEL, "task_settings": {t: TASKS[t] for t in args.tasks},
               "training": {"steps": args.steps, "batch_size": args.batch_size, "lr": args.lr, "dtype": args.dtype},
               "tasks": {t: {m: [] for m in args.members} for t in args.tasks}, "skipped": []}
