@@ -63,17 +63,19 @@ def launches(K, V):
     intra, wy, scan, out = ck.INTRA_TILES, ck.WY_TILES, ck.SCAN_TILES, ck.OUTPUT_TILES
     bscan, blocal, binputs = cb.BWD_SCAN_TILES, cb.BWD_LOCAL_TILES, cb.BWD_INPUTS_TILES
     scan_bv = 64 if bscan["BV"] == "auto" else bscan["BV"]         # "auto" picks at most 64: the largest tiles
+    fscan_bv = 64 if scan["BV"] == "auto" else scan["BV"]
     fused_bv = min(V, max(8, 2048 // K))
     return [
-        *((ck.chunk_gdn2_fwd_intra_kernel, dict(H=H, K=K, BT=64, BC=16, BK=intra["BK"], MODE=mode,
+        *((ck.chunk_gdn2_fwd_intra_kernel, dict(H=H, K=K, BT=64, BC=16, BK=intra["BK"], MODE=mode, PART=part,
                                                 MID_LIMIT=ck.MID_LIMIT, OPERAND_LIMIT=14.0, DOT="ieee"),
-           intra["num_warps"], intra["num_stages"], ()) for mode in (1, 2)),
+           intra["num_warps"], intra["num_stages"], ())
+          for mode in (1, 2) for part in ((1, 2) if intra["split"] else (0,))),
         (ck.chunk_gdn2_fwd_wy_kernel, dict(H=H, K=K, V=V, BT=64, BK=wy["BK"], BV=wy["BV"], STORE_G=True,
                                            DOT="ieee"),
          wy["num_warps"], 2, ()),
-        (ck.chunk_gdn2_fwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=scan["BV"], USE_INITIAL_STATE=True,
+        (ck.chunk_gdn2_fwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=fscan_bv, USE_INITIAL_STATE=True,
                                              STORE_FINAL_STATE=True, DOT="ieee"), scan["num_warps"], 1, ()),
-        (ck.chunk_gdn2_fwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=scan["BV"], USE_INITIAL_STATE=True,
+        (ck.chunk_gdn2_fwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=fscan_bv, USE_INITIAL_STATE=True,
                                              STORE_FINAL_STATE=True, DOT="tf32"),
          scan["num_warps"], scan["num_stages"], ("AE", "AZ", "KG", "h", "R")),
         *((ck.chunk_gdn2_fwd_output_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=ck._output_value_block(K, V),
