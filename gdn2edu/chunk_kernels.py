@@ -116,25 +116,12 @@ def _diagonal_scores(b_q, b_e, b_k, b_g, b_first, b_last, PAIRWISE: tl.constexpr
 
 
 @triton.jit
-def _add_scores(b_L, b_S, b_l, b_s, PART: tl.constexpr):
-    """Accumulate one block's erase and query scores; PART 1 keeps the erase scores only, PART 2 the query
-    scores only (the other products, and their loads, are then never formed)."""
-    if PART != 2:
-        b_L = b_L + b_l
-    if PART != 1:
-        b_S = b_S + b_s
-    return b_L, b_S
-
-
-@triton.jit
 def _chunk_scores(q, k, g, b, bos, T, t0, i_h, scale, H: tl.constexpr, K: tl.constexpr, BC: tl.constexpr,
-                  BK: tl.constexpr, PAIRWISE: tl.constexpr, CHECK_OPERANDS: tl.constexpr, PART: tl.constexpr,
-                  DOT: tl.constexpr):
-    """The ten [BC, BC] blocks (a, c), c <= a, of L_<=(E Y^T) and L_<=(Q Y^T) of one chunk (PART 0 both, 1 the
-    first only, 2 the second only), accumulated over key blocks: the diagonal blocks token by token (PAIRWISE)
-    or on the midpoint anchor, the blocks below with the rows of sub-chunk a anchored at its first row, where
-    every factor is at most 1. Also the largest midpoint exponent e of the chunk and the largest |k|, |b k|,
-    |scale q| (what a midpoint factor multiplies)."""
+                  BK: tl.constexpr, PAIRWISE: tl.constexpr, CHECK_OPERANDS: tl.constexpr, DOT: tl.constexpr):
+    """The ten [BC, BC] blocks (a, c), c <= a, of L_<=(E Y^T) and L_<=(Q Y^T) of one chunk, accumulated over key
+    blocks: the diagonal blocks token by token (PAIRWISE) or on the midpoint anchor, the blocks below with the
+    rows of sub-chunk a anchored at its first row, where every factor is at most 1. Also the largest midpoint
+    exponent e of the chunk and the largest |k|, |b k|, |scale q| (what a midpoint factor multiplies)."""
     amax = 0.0
     b_x = tl.zeros([BK], dtype=tl.float32)     # the exponents per channel position, maxed over blocks: one
     z = tl.zeros([BC, BC], dtype=tl.float32)   # reduction to a scalar at the end instead of one per block
@@ -156,32 +143,32 @@ def _chunk_scores(q, k, g, b, bos, T, t0, i_h, scale, H: tl.constexpr, K: tl.con
             amax = tl.maximum(amax, _largest(b_q2, b_e2, b_k2, scale))
             amax = tl.maximum(amax, _largest(b_q3, b_e3, b_k3, scale))
         b_l, b_s, b_xa = _diagonal_scores(b_q0, b_e0, b_k0, b_g0, b_first0, b_last0, PAIRWISE, BC, DOT)
-        b_L00, b_S00 = _add_scores(b_L00, b_S00, b_l, b_s, PART)
+        b_L00, b_S00 = b_L00 + b_l, b_S00 + b_s
         b_x = tl.maximum(b_x, b_xa)
         b_l, b_s, b_xa = _diagonal_scores(b_q1, b_e1, b_k1, b_g1, b_first1, b_last1, PAIRWISE, BC, DOT)
-        b_L11, b_S11 = _add_scores(b_L11, b_S11, b_l, b_s, PART)
+        b_L11, b_S11 = b_L11 + b_l, b_S11 + b_s
         b_x = tl.maximum(b_x, b_xa)
         b_l, b_s, b_xa = _diagonal_scores(b_q2, b_e2, b_k2, b_g2, b_first2, b_last2, PAIRWISE, BC, DOT)
-        b_L22, b_S22 = _add_scores(b_L22, b_S22, b_l, b_s, PART)
+        b_L22, b_S22 = b_L22 + b_l, b_S22 + b_s
         b_x = tl.maximum(b_x, b_xa)
         b_l, b_s, b_xa = _diagonal_scores(b_q3, b_e3, b_k3, b_g3, b_first3, b_last3, PAIRWISE, BC, DOT)
-        b_L33, b_S33 = _add_scores(b_L33, b_S33, b_l, b_s, PART)
+        b_L33, b_S33 = b_L33 + b_l, b_S33 + b_s
         b_x = tl.maximum(b_x, b_xa)
         b_qr, b_er = _anchored_rows(b_q1, b_e1, b_g1, b_first1)
         b_l, b_s = _scores(b_qr, b_er, b_first1, b_k0, b_g0, DOT)
-        b_L10, b_S10 = _add_scores(b_L10, b_S10, b_l, b_s, PART)
+        b_L10, b_S10 = b_L10 + b_l, b_S10 + b_s
         b_qr, b_er = _anchored_rows(b_q2, b_e2, b_g2, b_first2)
         b_l, b_s = _scores(b_qr, b_er, b_first2, b_k0, b_g0, DOT)
-        b_L20, b_S20 = _add_scores(b_L20, b_S20, b_l, b_s, PART)
+        b_L20, b_S20 = b_L20 + b_l, b_S20 + b_s
         b_l, b_s = _scores(b_qr, b_er, b_first2, b_k1, b_g1, DOT)
-        b_L21, b_S21 = _add_scores(b_L21, b_S21, b_l, b_s, PART)
+        b_L21, b_S21 = b_L21 + b_l, b_S21 + b_s
         b_qr, b_er = _anchored_rows(b_q3, b_e3, b_g3, b_first3)
         b_l, b_s = _scores(b_qr, b_er, b_first3, b_k0, b_g0, DOT)
-        b_L30, b_S30 = _add_scores(b_L30, b_S30, b_l, b_s, PART)
+        b_L30, b_S30 = b_L30 + b_l, b_S30 + b_s
         b_l, b_s = _scores(b_qr, b_er, b_first3, b_k1, b_g1, DOT)
-        b_L31, b_S31 = _add_scores(b_L31, b_S31, b_l, b_s, PART)
+        b_L31, b_S31 = b_L31 + b_l, b_S31 + b_s
         b_l, b_s = _scores(b_qr, b_er, b_first3, b_k2, b_g2, DOT)
-        b_L32, b_S32 = _add_scores(b_L32, b_S32, b_l, b_s, PART)
+        b_L32, b_S32 = b_L32 + b_l, b_S32 + b_s
     return (b_L00, b_L11, b_L22, b_L33, b_L10, b_L20, b_L21, b_L30, b_L31, b_L32,
             b_S00, b_S11, b_S22, b_S33, b_S10, b_S20, b_S21, b_S30, b_S31, b_S32, tl.max(b_x), amax)
 
@@ -258,10 +245,9 @@ def _store_inverse(A, bos, T, i_h, t0, b_L00, b_L11, b_L22, b_L33, b_L10, b_L20,
 @triton.jit
 def chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, flags, cu_seqlens, chunk_indices, scale,
                                 H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
-                                BK: tl.constexpr, MODE: tl.constexpr, PART: tl.constexpr, MID_LIMIT: tl.constexpr,
+                                BK: tl.constexpr, MODE: tl.constexpr, MID_LIMIT: tl.constexpr,
                                 OPERAND_LIMIT: tl.constexpr, DOT: tl.constexpr):
-    """One (chunk, head): A = (I + L)^{-1} and Aqk = scale * L_<=(Q_g Y^T), written as [T, H, BT] rows; PART 1
-    writes only A (and the flags), PART 2 only Aqk, PART 0 both.
+    """One (chunk, head): A = (I + L)^{-1} and Aqk = scale * L_<=(Q_g Y^T), written as [T, H, BT] rows.
     MODE 0: midpoint anchors on the diagonal blocks, unchecked (safe_gate). MODE 1: the same, and the chunk's
     flags [chunks, H] int32 written: bit 0 when a midpoint exponent passed MID_LIMIT (the blocks must be redone),
     bit 1 when it passed OPERAND_LIMIT less log2 of the largest operand (the backward's test, for float16).
@@ -273,28 +259,25 @@ def chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, flags, cu_seqlens, chunk_ind
     bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)
     (b_L00, b_L11, b_L22, b_L33, b_L10, b_L20, b_L21, b_L30, b_L31, b_L32,
      b_S00, b_S11, b_S22, b_S33, b_S10, b_S20, b_S21, b_S30, b_S31, b_S32, e, amax) = _chunk_scores(
-        q, k, g, b, bos, T, t0, i_h, scale, H, K, BC, BK, MODE == 2, OPERAND_LIMIT < MID_LIMIT and PART != 2,
-        PART, DOT)
-    if PART != 2:
-        if MODE == 1:
-            unsafe_here = (e > MID_LIMIT).to(tl.int32)
-            unsafe_for_operands = (e + tl.log2(tl.maximum(amax, 1.0)) > OPERAND_LIMIT).to(tl.int32)
-            tl.store(flags + i_t * H + i_h, unsafe_here + 2 * tl.maximum(unsafe_here, unsafe_for_operands))
-        _store_inverse(A, bos, T, i_h, t0, b_L00, b_L11, b_L22, b_L33, b_L10, b_L20, b_L21, b_L30, b_L31, b_L32,
-                       H, BT, BC, DOT)
-    if PART != 1:
-        o_c = tl.arange(0, BC)
-        m_incl = o_c[:, None] >= o_c[None, :]
-        _store_block(Aqk, bos, T, i_h, t0, 0, scale * tl.where(m_incl, b_S00, 0.0), H, BT, BC)
-        _store_block(Aqk, bos, T, i_h, t0 + BC, 0, scale * b_S10, H, BT, BC)
-        _store_block(Aqk, bos, T, i_h, t0 + BC, BC, scale * tl.where(m_incl, b_S11, 0.0), H, BT, BC)
-        _store_block(Aqk, bos, T, i_h, t0 + 2 * BC, 0, scale * b_S20, H, BT, BC)
-        _store_block(Aqk, bos, T, i_h, t0 + 2 * BC, BC, scale * b_S21, H, BT, BC)
-        _store_block(Aqk, bos, T, i_h, t0 + 2 * BC, 2 * BC, scale * tl.where(m_incl, b_S22, 0.0), H, BT, BC)
-        _store_block(Aqk, bos, T, i_h, t0 + 3 * BC, 0, scale * b_S30, H, BT, BC)
-        _store_block(Aqk, bos, T, i_h, t0 + 3 * BC, BC, scale * b_S31, H, BT, BC)
-        _store_block(Aqk, bos, T, i_h, t0 + 3 * BC, 2 * BC, scale * b_S32, H, BT, BC)
-        _store_block(Aqk, bos, T, i_h, t0 + 3 * BC, 3 * BC, scale * tl.where(m_incl, b_S33, 0.0), H, BT, BC)
+        q, k, g, b, bos, T, t0, i_h, scale, H, K, BC, BK, MODE == 2, OPERAND_LIMIT < MID_LIMIT, DOT)
+    if MODE == 1:
+        unsafe_here = (e > MID_LIMIT).to(tl.int32)
+        unsafe_for_operands = (e + tl.log2(tl.maximum(amax, 1.0)) > OPERAND_LIMIT).to(tl.int32)
+        tl.store(flags + i_t * H + i_h, unsafe_here + 2 * tl.maximum(unsafe_here, unsafe_for_operands))
+    _store_inverse(A, bos, T, i_h, t0, b_L00, b_L11, b_L22, b_L33, b_L10, b_L20, b_L21, b_L30, b_L31, b_L32,
+                   H, BT, BC, DOT)
+    o_c = tl.arange(0, BC)
+    m_incl = o_c[:, None] >= o_c[None, :]
+    _store_block(Aqk, bos, T, i_h, t0, 0, scale * tl.where(m_incl, b_S00, 0.0), H, BT, BC)
+    _store_block(Aqk, bos, T, i_h, t0 + BC, 0, scale * b_S10, H, BT, BC)
+    _store_block(Aqk, bos, T, i_h, t0 + BC, BC, scale * tl.where(m_incl, b_S11, 0.0), H, BT, BC)
+    _store_block(Aqk, bos, T, i_h, t0 + 2 * BC, 0, scale * b_S20, H, BT, BC)
+    _store_block(Aqk, bos, T, i_h, t0 + 2 * BC, BC, scale * b_S21, H, BT, BC)
+    _store_block(Aqk, bos, T, i_h, t0 + 2 * BC, 2 * BC, scale * tl.where(m_incl, b_S22, 0.0), H, BT, BC)
+    _store_block(Aqk, bos, T, i_h, t0 + 3 * BC, 0, scale * b_S30, H, BT, BC)
+    _store_block(Aqk, bos, T, i_h, t0 + 3 * BC, BC, scale * b_S31, H, BT, BC)
+    _store_block(Aqk, bos, T, i_h, t0 + 3 * BC, 2 * BC, scale * b_S32, H, BT, BC)
+    _store_block(Aqk, bos, T, i_h, t0 + 3 * BC, 3 * BC, scale * tl.where(m_incl, b_S33, 0.0), H, BT, BC)
 
 
 @triton.jit
@@ -431,8 +414,7 @@ def _schedule(offsets, BT, device):
 SCAN_TILES = {"BV": "auto", "num_warps": 4, "num_stages": 4}  # "auto": _one_wave_block, per call
 WY_TILES = {"BK": 32, "BV": 64, "num_warps": 2}           # the WY kernel's key and value blocks, warps
 OUTPUT_TILES = {"BV": 128, "num_warps": 4}                # the output kernel's value block, warps
-# the intra kernel's key block, warps, stages, and whether A and Aqk come from two launches (half the registers)
-INTRA_TILES = {"BK": 16, "num_warps": 1, "num_stages": 2, "split": False}
+INTRA_TILES = {"BK": 16, "num_warps": 1, "num_stages": 2}  # the intra kernel's key block, warps, stages
 # With 16-bit inputs, store AE, AZ, kg, Q_g, h and R in that type (half the traffic, 16-bit tensor-core
 # products; the state and every accumulation stay float32). False keeps them in float32.
 LOW_PRECISION_INTERMEDIATES = True
@@ -555,12 +537,10 @@ def _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p: _Pla
     Aqk = torch.empty_like(A)
     flags = None if p.safe_gate else torch.empty(n_chunks, H, dtype=torch.int32, device=q.device)
     for mode in (0,) if p.safe_gate else (1, 2):     # midpoint (and flag), then token by token where flagged
-        for part in (1, 2) if INTRA_TILES["split"] else (0,):      # A then Aqk, or both in one program
-            chunk_gdn2_fwd_intra_kernel[(n_chunks, H)](
-                q, k, g, b, A, Aqk, flags, p.cu, p.chunks, p.scale, H=H, K=K, BT=BT, BC=BC,
-                BK=min(BK, INTRA_TILES["BK"]), MODE=mode, PART=part, MID_LIMIT=MID_LIMIT,
-                OPERAND_LIMIT=_operand_limit(p.store), DOT=p.DOT, num_warps=INTRA_TILES["num_warps"],
-                num_stages=INTRA_TILES["num_stages"])
+        chunk_gdn2_fwd_intra_kernel[(n_chunks, H)](
+            q, k, g, b, A, Aqk, flags, p.cu, p.chunks, p.scale, H=H, K=K, BT=BT, BC=BC,
+            BK=min(BK, INTRA_TILES["BK"]), MODE=mode, MID_LIMIT=MID_LIMIT, OPERAND_LIMIT=_operand_limit(p.store),
+            DOT=p.DOT, num_warps=INTRA_TILES["num_warps"], num_stages=INTRA_TILES["num_stages"])
     like = dict(dtype=p.store, device=q.device)
     AE, KG, QG = (torch.empty(B, T, H, K, **like) for _ in range(3))
     AZ, R = torch.empty(B, T, H, V, **like), torch.empty(B, T, H, V, **like)

@@ -94,24 +94,3 @@ def test_float64_is_refused_with_the_oracles_named():
     with pytest.raises(ValueError, match="q must be float32, bfloat16 or float16.*recurrent_gdn2"):
         chunk_gdn2(*x)
 
-
-@pytest.mark.parametrize("safe_gate", [False, True])
-def test_split_intra_launches_write_what_one_launch_writes(monkeypatch, safe_gate):
-    """INTRA_TILES["split"] forms A (and the flags) and Aqk in two launches of the same kernel (PART 1 and 2):
-    the same arithmetic, so the same bits, on a chunk that takes the fallback and on ones that do not (with
-    safe_gate, that chunk's midpoint overflows: the same NaN either way)."""
-    from gdn2edu import chunk_kernels as ck
-    x = [t.float() for t in make_inputs(1, 150, 2, 32, 16, seed=5)]
-    x[3][:, 70] = -100.0                           # one token that sends its chunk to the token-by-token blocks
-    p = ck._plan(*x, None, None, None, safe_gate=safe_gate)
-    results = []
-    for split in (False, True):
-        monkeypatch.setitem(ck.INTRA_TILES, "split", split)
-        results.append(ck._forward_states(*x, None, False, p))
-    one, two = results
-    if not safe_gate:
-        assert one["flags"].tolist() == [[0, 0], [3, 3], [0, 0]] == two["flags"].tolist()
-    rows = torch.arange(150) % 64                  # the blocks on and below the diagonal are written, no others
-    written = (torch.arange(64)[None, :] // 16 <= rows[:, None] // 16)[None, :, None, :].expand_as(one["A"])
-    for name in ("A", "Aqk"):
-        torch.testing.assert_close(one[name][written], two[name][written], rtol=0, atol=0, equal_nan=True)

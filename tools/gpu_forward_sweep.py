@@ -22,11 +22,8 @@ from gdn2edu.chunk_kernels import baseline_inputs
 
 # candidate settings per table; the shipped one is tried first
 CANDIDATES = {
-    "INTRA_TILES": [dict(BK=16, num_warps=1, num_stages=2, split=True),
-                    dict(BK=16, num_warps=1, num_stages=1, split=True),
-                    dict(BK=32, num_warps=1, num_stages=2, split=True),
-                    dict(BK=16, num_warps=1, num_stages=1, split=False),
-                    dict(BK=16, num_warps=2, num_stages=2, split=True)],
+    "INTRA_TILES": [dict(BK=16, num_warps=1, num_stages=1), dict(BK=32, num_warps=1, num_stages=2),
+                    dict(BK=16, num_warps=2, num_stages=2)],
     "WY_TILES": [dict(BK=32, BV=64, num_warps=4), dict(BK=32, BV=32, num_warps=2), dict(BK=64, BV=64, num_warps=4)],
     "SCAN_TILES": [dict(BV=32, num_warps=4, num_stages=4), dict(BV="auto", num_warps=4, num_stages=3)],
     "OUTPUT_TILES": [dict(BV=64, num_warps=4), dict(BV=128, num_warps=8)],
@@ -52,7 +49,7 @@ def second_launch_ms(inputs):
     def launch():
         chunk_kernels.chunk_gdn2_fwd_intra_kernel[(p.chunks.shape[0], H)](
             q, k, g, b, A, A, flags, p.cu, p.chunks, p.scale, H=H, K=K, BT=64, BC=16,
-            BK=min(chunk_kernels._block_width(K), tiles["BK"]), MODE=2, PART=0, MID_LIMIT=chunk_kernels.MID_LIMIT,
+            BK=min(chunk_kernels._block_width(K), tiles["BK"]), MODE=2, MID_LIMIT=chunk_kernels.MID_LIMIT,
             OPERAND_LIMIT=chunk_kernels._operand_limit(p.store), DOT=p.DOT, num_warps=tiles["num_warps"],
             num_stages=tiles["num_stages"])
     return measure_ms(launch)

@@ -66,10 +66,9 @@ def launches(K, V):
     fscan_bv = 64 if scan["BV"] == "auto" else scan["BV"]
     fused_bv = min(V, max(8, 2048 // K))
     return [
-        *((ck.chunk_gdn2_fwd_intra_kernel, dict(H=H, K=K, BT=64, BC=16, BK=intra["BK"], MODE=mode, PART=part,
+        *((ck.chunk_gdn2_fwd_intra_kernel, dict(H=H, K=K, BT=64, BC=16, BK=intra["BK"], MODE=mode,
                                                 MID_LIMIT=ck.MID_LIMIT, OPERAND_LIMIT=14.0, DOT="ieee"),
-           intra["num_warps"], intra["num_stages"], ())
-          for mode in (1, 2) for part in ((1, 2) if intra["split"] else (0,))),
+           intra["num_warps"], intra["num_stages"], ()) for mode in (1, 2)),
         (ck.chunk_gdn2_fwd_wy_kernel, dict(H=H, K=K, V=V, BT=64, BK=wy["BK"], BV=wy["BV"], STORE_G=True,
                                            DOT="ieee"),
          wy["num_warps"], 2, ()),
