@@ -16,8 +16,10 @@ plumbing, which the CPU test suite uses. Not run on a GPU yet (see Chapter 12).
 """
 
 import argparse
+import importlib
 import json
 import sys
+import types
 from pathlib import Path
 
 import torch
@@ -38,8 +40,21 @@ def reference_layer(kind, **kwargs):
     """FLA's layer (kind "fla") or ours on the PyTorch kernels (kind "ours", a dry run without FLA)."""
     if kind == "ours":
         return GatedDeltaNet2(**kwargs, backend="torch")
-    from fla.layers.gdn2 import GatedDeltaNet2 as FLAGatedDeltaNet2
-    return FLAGatedDeltaNet2(**kwargs)
+    return _fla_layer_class()(**kwargs)
+
+
+def _fla_layer_class():
+    """fla.layers.gdn2.GatedDeltaNet2; where importing fla.layers fails (it imports every layer, some of which
+    need transformers), the gdn2 module alone, under an empty fla.layers package."""
+    try:
+        from fla.layers.gdn2 import GatedDeltaNet2 as FLAGatedDeltaNet2
+    except ImportError:
+        import fla
+        package = types.ModuleType("fla.layers")
+        package.__path__ = [str(Path(fla.__file__).parent / "layers")]
+        sys.modules["fla.layers"] = package
+        FLAGatedDeltaNet2 = importlib.import_module("fla.layers.gdn2").GatedDeltaNet2
+    return FLAGatedDeltaNet2
 
 
 def errors(got, want):
@@ -92,7 +107,7 @@ def bench(layer, x):
 
 
 def run(args, device):
-    dtypes = {"bf16": torch.bfloat16, "fp32": torch.float32}
+    dtypes = {name: {"bf16": torch.bfloat16, "fp32": torch.float32}[name] for name in args.dtypes.split(",")}
     hidden, head_dim, heads = args.check_size
     check = dict(hidden_size=hidden, head_dim=head_dim, num_heads=heads)
     result = {"check_size": check, "reference": args.reference, "compare": {}, "decode": {}, "bench": None}
@@ -135,6 +150,7 @@ def build_parser():
     p.add_argument("--check-T", type=int, default=300, help="tokens of the agreement checks (> 64: chunked path)")
     p.add_argument("--check-size", type=lambda t: tuple(int(n) for n in t.split(",")), default=(512, 128, 4),
                    help="hidden_size,head_dim,num_heads of the agreement checks")
+    p.add_argument("--dtypes", default="bf16,fp32", help="input types of the checks: bf16, fp32 or both")
     p.add_argument("--skip-bench", action="store_true")
     p.add_argument("--cpu", action="store_true", help="run on the CPU (with --reference ours: a dry run)")
     return p
