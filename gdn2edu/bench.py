@@ -23,7 +23,11 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")   # before triton is imported (by gdn2edu below)
 
 import gdn2edu
+from gdn2edu import chunk_kernels
 from gdn2edu.chunk_kernels import baseline_inputs
+
+# the forward's tile tables, recorded with every run (a bound that depends on them reads them from the run)
+FORWARD_TILE_TABLES = ("INTRA_TILES", "WY_TILES", "SCAN_TILES", "OUTPUT_TILES")
 
 
 def _dot(m, n, k):
@@ -393,7 +397,8 @@ def plan_benchmark(args, result):
     if any(args.scaling_tokens % T for T in scaling_T):
         raise ValueError(f"every --scaling-T must divide --scaling-tokens {args.scaling_tokens}, got {scaling_T}")
     result["settings"] = {"device": device, "dtype": args.dtype, "K": K, "V": V, "shapes": shapes, "impls": impls,
-                          "parts": parts, "warmup_ms": args.warmup, "rep_ms": args.rep, "budget_s": args.budget}
+                          "parts": parts, "warmup_ms": args.warmup, "rep_ms": args.rep, "budget_s": args.budget,
+                          "tiles": {name: dict(getattr(chunk_kernels, name)) for name in FORWARD_TILE_TABLES}}
     cache = {}
 
     def inputs(B, T, H):
