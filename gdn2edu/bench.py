@@ -341,7 +341,7 @@ def build_parser():
     p.add_argument("--impls", help="chunked implementations to time, in this order, from "
                                    f"{','.join(IMPLEMENTATIONS)} (default: all on a GPU; no torch_compile on the CPU)")
     p.add_argument("--parts", default=",".join(PARTS), help="what to measure (default: %(default)s)")
-    p.add_argument("--decode-batches", default=None, help="batch sizes of the decode step (default 1,64; CPU 1)")
+    p.add_argument("--decode-batches", default=None, help="batch sizes of the decode step (default 1,64,256; CPU 1)")
     p.add_argument("--decode-impls", default="gdn2edu,fla,torch", help="decode steps to time (default: %(default)s)")
     p.add_argument("--scaling-tokens", type=int, default=16384, help="B*T held fixed in the T sweep")
     p.add_argument("--scaling-T", default="256,1024,4096,16384", help="T values of the sweep at fixed B*T")
@@ -391,7 +391,7 @@ def plan_benchmark(args, result):
     impls = _choices(args.impls or ",".join(x for x in IMPLEMENTATIONS if gpu or x != "torch_compile"),
                      IMPLEMENTATIONS, "--impls")
     parts = _choices(args.parts, PARTS, "--parts")
-    batches = _int_list(args.decode_batches or ("1,64" if gpu else "1"))
+    batches = _int_list(args.decode_batches or ("1,64,256" if gpu else "1"))
     decoders = _choices(args.decode_impls, ("gdn2edu", "fla", "torch"), "--decode-impls")
     scaling_T = _int_list(args.scaling_T)
     if any(args.scaling_tokens % T for T in scaling_T):
