@@ -13,24 +13,18 @@ import torch.nn.functional as F
 from gdn2edu.chunk import chunk_gdn2_torch
 from gdn2edu.chunk_backward_kernels import chunk_gdn2
 from gdn2edu.family import family_gates
-from gdn2edu.fused_recurrent import fused_recurrent_gdn2
+from gdn2edu.fused_recurrent import fused_recurrent_gdn2, l2_normalize
 from gdn2edu.recurrence import recurrent_gdn2
 
 LAYER_MEMBERS = ("gdn2", "kda", "gated_deltanet", "deltanet")
 LAYER_MODES = ("chunk", "fused_recurrent")
 LAYER_BACKENDS = ("auto", "torch", "triton")
-L2NORM_EPS = 1e-6            # FLA's use_qk_l2norm_in_kernel: x / sqrt(sum x^2 + 1e-6)
 
 
 def _positive_int(name, value):
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
     return value
-
-
-def l2_normalize(x, eps=L2NORM_EPS):
-    """x / sqrt(sum(x^2) + eps) over the last dim, in x's dtype (FLA's in-kernel normalisation)."""
-    return x * torch.rsqrt(x.square().sum(-1, keepdim=True) + eps)
 
 
 class ShortConvolution(nn.Conv1d):
