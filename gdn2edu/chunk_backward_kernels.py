@@ -358,7 +358,8 @@ class ChunkGDN2TritonFunction(torch.autograd.Function):
 
 
 def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
-               safe_gate=False, lower_bound=None, disable_recompute=False):
+               safe_gate=False, lower_bound=None, disable_recompute=False, *, use_qk_l2norm_in_kernel=False,
+               use_gate_in_kernel=False, A_log=None, dt_bias=None):
     """Gated DeltaNet-2 by chunks of 64 tokens in Triton, differentiable: FLA's ``chunk_gdn2`` semantics.
 
     q, k: [B, T, H, K]; v: [B, T, H, V]; g: [B, T, H, K] natural-log decay (any g <= 0); b: [B, T, H, K] erase
@@ -368,12 +369,23 @@ def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_st
     every sub-chunk unchecked and requires every g in [-5, 0] (lower_bound, if given, must lie in [-5, 0));
     the default checks each sub-chunk and is finite for every g <= 0. disable_recompute=True keeps the
     forward's intermediates for the backward instead of recomputing them (more memory, the same gradients).
+    FLA's options use_qk_l2norm_in_kernel and use_gate_in_kernel (g then holds raw logits; A_log [H], dt_bias
+    [H * K], and lower_bound, if given, for the bounded gate; with safe_gate, lower_bound is required) are
+    applied in PyTorch before the kernels by Chapter 8's apply_kernel_options, so autograd carries their
+    gradients to q, k, g, A_log and dt_bias; a fused version is unmeasured.
     Returns (o [B, T, H, V] in v's dtype, final state float32 [B or N, H, K, V] or None). When an input
     requires grad, the forward of Chapter 9 and the backward of this chapter run as one autograd Function;
     otherwise this is ``chunk_gdn2_fwd``.
     """
+    from gdn2edu.fused_recurrent import apply_kernel_options
+
     if not isinstance(disable_recompute, bool):
         raise ValueError(f"disable_recompute must be a bool, got {disable_recompute!r}")
+    if safe_gate is True and use_gate_in_kernel is True and lower_bound is None:
+        raise ValueError("lower_bound must be given with safe_gate=True and use_gate_in_kernel=True: the softplus "
+                         "gate is unbounded below, and safe_gate needs every g in [-5, 0]")
+    q, k, v, g, b, w = apply_kernel_options(q, k, v, g, b, w, use_qk_l2norm_in_kernel, use_gate_in_kernel, A_log,
+                                            dt_bias, lower_bound if use_gate_in_kernel is True else None)
     tensors = (q, k, v, g, b, w) + ((initial_state,) if initial_state is not None else ())
     if not (torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in tensors)):
         return chunk_gdn2_fwd(q, k, v, g, b, w, scale, initial_state, output_final_state, cu_seqlens,

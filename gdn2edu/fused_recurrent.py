@@ -14,7 +14,7 @@ if not torch.cuda.is_available():
 import triton
 import triton.language as tl
 
-from gdn2edu.inputs import one_token_as_sequence, validate_inputs
+from gdn2edu.inputs import _check_tensor, compute_dtype, one_token_as_sequence, validate_inputs
 
 # Triton reads the switch when a kernel is defined; this is its reading of the variable's value
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
@@ -70,22 +70,93 @@ def _fused_recurrent_gdn2_fwd_kernel(q, k, v, g, b, w, o, h0, ht, scale, T,
         tl.store(ht + p_h, b_h, mask=m_h)
 
 
+L2NORM_EPS = 1e-6            # FLA's use_qk_l2norm_in_kernel: x / sqrt(sum x^2 + 1e-6)
+
+
+def l2_normalize(x, eps=L2NORM_EPS):
+    """x / sqrt(sum(x^2) + eps) over the last dim: FLA's use_qk_l2norm_in_kernel. Computes in float32
+    (float64 for float64 x) and returns x's dtype."""
+    y = x.to(compute_dtype(x))
+    return (y * torch.rsqrt(y.square().sum(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def gate_activation(g, A_log, dt_bias=None, lower_bound=None):
+    """FLA's use_gate_in_kernel gate from raw logits g [..., H, K], with x = g + dt_bias:
+    -exp(A_log) * softplus(x), or lower_bound * sigmoid(exp(A_log) * x) when lower_bound is a number.
+    A_log: [H]; dt_bias: [H * K] or None. Computes and returns float32 (float64 for float64 g)."""
+    H, K = g.shape[-2:]
+    dtype = compute_dtype(g)
+    x = g.to(dtype)
+    if dt_bias is not None:
+        x = x + dt_bias.to(dtype).view(H, K)
+    rate = A_log.to(dtype).exp()[:, None]
+    if lower_bound is None:
+        return -rate * torch.nn.functional.softplus(x)
+    return lower_bound * torch.sigmoid(rate * x)
+
+
+def apply_kernel_options(q, k, v, g, b, w, use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, A_log=None,
+                         dt_bias=None, lower_bound=None):
+    """FLA's input options of chunk_gdn2 and fused_recurrent_gdn2, applied in PyTorch (autograd differentiates
+    them). q, k, g, b: [B, T, H, K]; v, w: [B, T, H, V]. use_qk_l2norm_in_kernel: l2_normalize q and k.
+    use_gate_in_kernel: g holds raw logits, turned into log-decays by gate_activation with A_log [H] (required),
+    dt_bias [H * K] (optional) and lower_bound (None, or a number < 0). Returns (q, k, v, g, b, w)."""
+    for name, flag in (("use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel),
+                       ("use_gate_in_kernel", use_gate_in_kernel)):
+        if not isinstance(flag, bool):
+            raise ValueError(f"{name} must be a bool, got {flag!r}")
+    if not use_gate_in_kernel:
+        for name, x in (("A_log", A_log), ("dt_bias", dt_bias)):
+            if x is not None:
+                raise ValueError(f"{name} is read only with use_gate_in_kernel=True, which was not given")
+        if not use_qk_l2norm_in_kernel:
+            return q, k, v, g, b, w
+    dims = validate_inputs(q, k, v, g, b, w)
+    if use_gate_in_kernel:
+        if A_log is None:
+            raise ValueError("A_log [H] is required with use_gate_in_kernel=True (g then holds raw logits)")
+        for name, x, shape, layout in (("A_log", A_log, (dims.H,), "[H]"),
+                                       ("dt_bias", dt_bias, (dims.H * dims.K,), "[H * K]")):
+            if x is None:
+                continue
+            _check_tensor(name, x, 1, layout)
+            if x.shape != shape or x.device != g.device:
+                raise ValueError(f"{name} must have shape {layout} = {shape} on g's device {g.device}, "
+                                 f"got {tuple(x.shape)} on {x.device}")
+        if lower_bound is not None and (isinstance(lower_bound, bool) or not isinstance(lower_bound, (int, float))
+                                        or not -float("inf") < lower_bound < 0):
+            raise ValueError(f"lower_bound must be a finite number < 0 or None, got {lower_bound!r}")
+        g = gate_activation(g, A_log, dt_bias, lower_bound)
+    if use_qk_l2norm_in_kernel:
+        q, k = l2_normalize(q), l2_normalize(k)
+    return q, k, v, g, b, w
+
+
 def _tiles(K, V):
     """Tile sizes (BK, BV): all K in one tile, V split so that a BK x BV float32 tile has <= 2048 entries."""
     BK = triton.next_power_of_2(K)
     return BK, min(triton.next_power_of_2(V), max(8, 2048 // BK))
 
 
-def fused_recurrent_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_state=False):
+def fused_recurrent_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_state=False, *,
+                         use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, A_log=None, dt_bias=None,
+                         lower_bound=None):
     """Gated DeltaNet-2 by its token recurrence in one Triton kernel, the state held in registers.
 
     q, k: [B, T, H, K] queries and keys; v: [B, T, H, V] values;
     g: [B, T, H, K] natural-log decay; b: [B, T, H, K] erase gate; w: [B, T, H, V] write gate;
     scale: query scale, None for K ** -0.5; initial_state: [B, H, K, V] or None (zeros).
+    FLA's options use_qk_l2norm_in_kernel and use_gate_in_kernel (g then holds raw logits; A_log [H],
+    dt_bias [H * K], lower_bound), applied in PyTorch before the kernel by apply_kernel_options.
     Inputs in bfloat16, float16 or float32 (may be mixed), K and V at most 256, CUDA tensors (or any
-    device with TRITON_INTERPRET=1, the interpreter). Computes in float32.
+    device with TRITON_INTERPRET=1, the interpreter). Computes in float32. Forward only, as FLA's: no gradients.
     Returns (o [B, T, H, V] in v's dtype, final state [B, H, K, V] in float32 or None).
     """
+    if lower_bound is not None and use_gate_in_kernel is not True:
+        raise ValueError(f"lower_bound bounds the gate of use_gate_in_kernel=True, which was not given "
+                         f"(lower_bound={lower_bound!r})")
+    q, k, v, g, b, w = apply_kernel_options(q, k, v, g, b, w, use_qk_l2norm_in_kernel, use_gate_in_kernel, A_log,
+                                            dt_bias, lower_bound)
     dims = validate_inputs(q, k, v, g, b, w, scale, initial_state)
     _check_kernel_dtypes(dict(q=q, k=k, v=v, g=g, b=b, w=w, initial_state=initial_state), "recurrent_gdn2")
     for name, size in (("k", dims.K), ("v", dims.V)):

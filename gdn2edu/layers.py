@@ -13,24 +13,18 @@ import torch.nn.functional as F
 from gdn2edu.chunk import chunk_gdn2_torch
 from gdn2edu.chunk_backward_kernels import chunk_gdn2
 from gdn2edu.family import family_gates
-from gdn2edu.fused_recurrent import fused_recurrent_gdn2
+from gdn2edu.fused_recurrent import apply_kernel_options, fused_recurrent_gdn2, gate_activation
 from gdn2edu.recurrence import recurrent_gdn2
 
 LAYER_MEMBERS = ("gdn2", "kda", "gated_deltanet", "deltanet")
 LAYER_MODES = ("chunk", "fused_recurrent")
 LAYER_BACKENDS = ("auto", "torch", "triton")
-L2NORM_EPS = 1e-6            # FLA's use_qk_l2norm_in_kernel: x / sqrt(sum x^2 + 1e-6)
 
 
 def _positive_int(name, value):
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
     return value
-
-
-def l2_normalize(x, eps=L2NORM_EPS):
-    """x / sqrt(sum(x^2) + eps) over the last dim, in x's dtype (FLA's in-kernel normalisation)."""
-    return x * torch.rsqrt(x.square().sum(-1, keepdim=True) + eps)
 
 
 class ShortConvolution(nn.Conv1d):
@@ -160,17 +154,15 @@ class GatedDeltaNet2(nn.Module):
         return self.num_v_heads * self.head_k_dim * self.head_v_dim
 
 
-def _gates(self, x):
+def _gates(self, x, raw_decay=False):
     """x: [B, T, d]. Returns g, b [B, T, H, K] and w [B, T, H, V] per query-key head (before grouping,
-    w already per value head: [B, T, H_v, V])."""
+    w already per value head: [B, T, H_v, V]). g is the log-decay, by Chapter 8's gate_activation (bounded
+    with safe_gate); with raw_decay (member "gdn2") it is the logits f(x), for the kernel's use_gate_in_kernel."""
     H, K, V, Hv = self.num_heads, self.head_k_dim, self.head_v_dim, self.num_v_heads
     dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-    f = self.f_proj(x).to(dtype).unflatten(-1, (H, K)) + self.dt_bias.to(dtype).view(H, K)
-    rate = self.A_log.to(dtype).exp()[:, None]
-    if self.safe_gate:
-        g = self.gate_lower_bound * torch.sigmoid(rate * f)
-    else:
-        g = -rate * F.softplus(f)
+    f = self.f_proj(x).to(dtype).unflatten(-1, (H, K))
+    g = f if raw_decay else gate_activation(f, self.A_log, self.dt_bias,
+                                            self.gate_lower_bound if self.safe_gate else None)
     b_logit = self.b_proj(x).to(dtype).unflatten(-1, (H, K))
     if self.member == "gdn2":
         b = torch.sigmoid(b_logit) * (2.0 if self.allow_neg_eigval else 1.0)
@@ -192,20 +184,46 @@ def _uses_triton(self, device):
 def _kernel(self, mode, device, T):
     """The operator for this call: Triton's on CUDA (or when asked), else PyTorch's, whose chunks shrink to
     the next power of two >= T for short inputs (a chunk of 64 would be mostly padding). With safe_gate, every
-    g lies in [gate_lower_bound, 0) and the Triton chunk kernel takes its unchecked midpoint path (Chapter 9)."""
+    g lies in [gate_lower_bound, 0) and the Triton chunk kernel takes its unchecked midpoint path (Chapter 9).
+    Each takes the keywords of _kernel_options."""
     triton = self._uses_triton(device)
     if mode == "chunk" and triton:
         return partial(chunk_gdn2, safe_gate=True, lower_bound=self.gate_lower_bound) if self.safe_gate \
             else chunk_gdn2
     if mode == "chunk":
-        return partial(chunk_gdn2_torch, chunk_size=min(64, 1 << (T - 1).bit_length()))
-    return fused_recurrent_gdn2 if triton else recurrent_gdn2
+        return partial(_options_first, partial(chunk_gdn2_torch, chunk_size=min(64, 1 << (T - 1).bit_length())))
+    return fused_recurrent_gdn2 if triton else partial(_options_first, recurrent_gdn2)
+
+
+def _options_first(kernel, q, k, v, g, b, w, use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, A_log=None,
+                   dt_bias=None, lower_bound=None, **kwargs):
+    """A PyTorch operator, given the Triton entry points' kernel options: applied as they apply them."""
+    return kernel(*apply_kernel_options(q, k, v, g, b, w, use_qk_l2norm_in_kernel, use_gate_in_kernel, A_log,
+                                        dt_bias, lower_bound), **kwargs)
+
+
+def _gate_in_kernel(self):
+    """Whether the kernel computes the gate: with safe_gate, as in FLA's layer (member "gdn2", FLA's)."""
+    return self.safe_gate and self.member == "gdn2"
+
+
+def _kernel_options(self):
+    """The keywords of every kernel call: FLA's layer's use_qk_l2norm_in_kernel=True, and with safe_gate its
+    use_gate_in_kernel, with A_log [H_v] and dt_bias [H_v * K] repeated for grouped value heads."""
+    options = dict(use_qk_l2norm_in_kernel=True)
+    if self._gate_in_kernel():
+        H, K, groups = self.num_heads, self.head_k_dim, self.num_v_heads // self.num_heads
+        options.update(use_gate_in_kernel=True, lower_bound=self.gate_lower_bound,
+                       A_log=self.A_log.repeat_interleave(groups),
+                       dt_bias=self.dt_bias.view(H, K).repeat_interleave(groups, dim=0).flatten())
+    return options
 
 
 def _prepare(self, q, k, v, g, b, w, conv_state):
     """Kernel inputs of a batch of sequences of equal length. q, k: [B, T, H*K]; v: [B, T, H_v*V] projected
     inputs; g, b: [B, T, H, K]; w: [B, T, H_v, V]; conv_state: (q, k, v) states or None.
-    Returns ((q, k, v, g, b, w) with q, k, g, b: [B, T, H_v, K] and v, w: [B, T, H_v, V], new conv states)."""
+    Returns ((q, k, v, g, b, w) with q, k, g, b: [B, T, H_v, K] and v, w: [B, T, H_v, V], new conv states);
+    q and k are not yet of unit length: the kernel normalises them (_kernel_options)."""
     if self.use_short_conv:
         cq, ck, cv = conv_state if conv_state is not None else (None, None, None)
         q, cq = self.q_conv1d(q, cq)
@@ -215,7 +233,7 @@ def _prepare(self, q, k, v, g, b, w, conv_state):
     else:
         q, k, v = F.silu(q), F.silu(k), F.silu(v)
     H, K, V, groups = self.num_heads, self.head_k_dim, self.head_v_dim, self.num_v_heads // self.num_heads
-    q, k = (l2_normalize(x.unflatten(-1, (H, K))) for x in (q, k))
+    q, k = (x.unflatten(-1, (H, K)) for x in (q, k))
     v = v.unflatten(-1, (self.num_v_heads, V))
     if groups > 1:
         q, k, g, b = (x.repeat_interleave(groups, dim=2) for x in (q, k, g, b))
@@ -227,12 +245,14 @@ def _mix(self, q, k, v, g, b, w, conv_state, recurrent_state, mode):
     Returns (o [B, T, H_v, V], new conv states, new recurrent state)."""
     inputs, conv_state = self._prepare(q, k, v, g, b, w, conv_state)
     o, state = self._kernel(mode, q.device, q.shape[1])(*inputs, initial_state=recurrent_state,
-                                                        output_final_state=True)
+                                                        output_final_state=True, **self._kernel_options())
     return o, conv_state, state
 
 
 GatedDeltaNet2._uses_triton = _uses_triton
 GatedDeltaNet2._kernel = _kernel
+GatedDeltaNet2._gate_in_kernel = _gate_in_kernel
+GatedDeltaNet2._kernel_options = _kernel_options
 GatedDeltaNet2._prepare = _prepare
 GatedDeltaNet2._mix = _mix
 
@@ -290,7 +310,7 @@ def _forward(self, hidden_states, attention_mask=None, past_key_values=None, use
         raise ValueError(f"past_key_values holds states for {state.shape[0]} sequences, this call has {n_seq}")
 
     q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-    g, b, w = self._gates(x)
+    g, b, w = self._gates(x, raw_decay=self._gate_in_kernel())
     if segments is None:
         o, conv_state, state = self._mix(q, k, v, g, b, w, conv_state, state, mode)
     elif mode == "chunk" and self._uses_triton(x.device):
@@ -341,7 +361,7 @@ def _packed_chunk(self, segments, projected, conv_state, state, x):
     h0 = None if state is None else state[live]
     o_packed, h_live = self._kernel("chunk", x.device, T)(
         *packed, initial_state=h0, output_final_state=True,
-        cu_seqlens=torch.tensor(offsets, dtype=torch.int32, device=x.device))
+        cu_seqlens=torch.tensor(offsets, dtype=torch.int32, device=x.device), **self._kernel_options())
     for j, n in enumerate(live):
         row, idx = segments[n]
         o[row, idx] = o_packed[0, offsets[j]:offsets[j + 1]].to(o.dtype)
