@@ -10,6 +10,7 @@ have no network.
 from __future__ import annotations
 
 import base64
+import fcntl
 import functools
 import http.server
 import io
@@ -108,8 +109,11 @@ class Chromium:
         self._from_browser, from_browser_w = os.pipe()
 
         def wire_pipes():               # in the child: the protocol expects fds 3 and 4 (dup2 leaves them
-            os.dup2(to_browser_r, 3)    # inheritable; os.pipe's own fds close on exec)
-            os.dup2(from_browser_w, 4)
+            # inheritable; os.pipe's own fds close on exec). The pipes are first copied above 4: one of them
+            # may itself be fd 3 or 4, where dup2 onto itself would keep close-on-exec, or be overwritten.
+            reader, writer = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 5) for fd in (to_browser_r, from_browser_w))
+            os.dup2(reader, 3)
+            os.dup2(writer, 4)
 
         self.process = subprocess.Popen(   # close_fds would run after wire_pipes and close 3 and 4 again
             [executable, *CHROMIUM_FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
