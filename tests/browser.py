@@ -1,14 +1,16 @@
 """Look at the built site in a real browser: headless Chromium driven through the DevTools protocol.
 
 No browser library is needed: Chromium's ``--remote-debugging-pipe`` speaks the protocol as NUL-separated
-JSON on file descriptors 3 (commands in) and 4 (replies and events out). The site is served from
-127.0.0.1 by a small HTTP server that also hands out a local MathJax in place of the CDN copy the pages
-name, since the tests have no network.
+JSON on file descriptors 3 (commands in) and 4 (replies and events out). The site (or a folder of decks) is
+served from 127.0.0.1 by a small HTTP server that also hands out the npm packages installed in
+tests/mathjax in place of the CDN copies the pages name (MathJax; reveal.js for the decks), since the tests
+have no network.
 """
 
 from __future__ import annotations
 
 import base64
+import fcntl
 import functools
 import http.server
 import io
@@ -22,8 +24,9 @@ import threading
 import time
 from pathlib import Path
 
-MATHJAX_CDN = "https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js"
-MATHJAX_LOCAL = "/__mathjax__/tex-mml-chtml.js"
+CDN = "https://cdn.jsdelivr.net/npm/"          # pages name packages as CDN + "NAME@VERSION/PATH"
+LOCAL = "/__npm__/"                             # ... which this server answers from node_modules
+PACKAGES = {"mathjax": "mathjax-full", "reveal.js": "reveal.js"}    # CDN name -> the npm package we install
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -42,22 +45,30 @@ def find_chromium() -> str | None:
 
 
 class SiteHandler(http.server.SimpleHTTPRequestHandler):
-    """Files of the built site; in its pages the MathJax CDN URL points at the local MathJax instead."""
+    """Files of the site; in its pages every CDN URL points at this server's copy of the package instead,
+    which it hands out only where the installed version is the one the page asks for ("3" takes any 3.x)."""
 
-    def __init__(self, *args, site: Path, mathjax: Path, **kwargs):
-        self.site, self.mathjax = site, mathjax
+    def __init__(self, *args, site: Path, node_modules: Path, **kwargs):
+        self.site, self.node_modules = site, node_modules
         super().__init__(*args, directory=str(site), **kwargs)
 
     def translate_path(self, path):
-        if path.startswith("/__mathjax__/"):
-            return str(self.mathjax / path.split("?")[0][len("/__mathjax__/"):])
-        return super().translate_path(path)
+        if not path.startswith(LOCAL):
+            return super().translate_path(path)
+        spec, _, rest = path.split("?")[0][len(LOCAL):].partition("/")
+        name, _, wanted = spec.rpartition("@")
+        package = self.node_modules / PACKAGES.get(name, name)
+        manifest = package / "package.json"
+        installed = json.loads(manifest.read_text())["version"] if manifest.is_file() else None
+        if installed is None or not (installed == wanted or installed.startswith(wanted + ".")):
+            return str(self.node_modules / "__not_installed__" / spec)       # answered 404
+        return str(package / rest)
 
     def send_head(self):
         path = Path(self.translate_path(self.path))
         if path.suffix != ".html" or not path.is_file():
             return super().send_head()
-        body = path.read_bytes().replace(MATHJAX_CDN.encode(), MATHJAX_LOCAL.encode())
+        body = path.read_bytes().replace(CDN.encode(), LOCAL.encode())
         self.send_response(200)
         self.send_header("Content-Type", "text/html; charset=utf-8")
         self.send_header("Content-Length", str(len(body)))
@@ -69,10 +80,10 @@ class SiteHandler(http.server.SimpleHTTPRequestHandler):
 
 
 class Site:
-    """``with Site(html_dir, mathjax_es5_dir) as url:`` serves the site on 127.0.0.1 at a free port."""
+    """``with Site(html_dir, node_modules) as url:`` serves the site on 127.0.0.1 at a free port."""
 
-    def __init__(self, site: Path, mathjax: Path):
-        handler = functools.partial(SiteHandler, site=site, mathjax=mathjax)
+    def __init__(self, site: Path, node_modules: Path):
+        handler = functools.partial(SiteHandler, site=site, node_modules=node_modules)
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
 
     def __enter__(self) -> str:
@@ -98,8 +109,11 @@ class Chromium:
         self._from_browser, from_browser_w = os.pipe()
 
         def wire_pipes():               # in the child: the protocol expects fds 3 and 4 (dup2 leaves them
-            os.dup2(to_browser_r, 3)    # inheritable; os.pipe's own fds close on exec)
-            os.dup2(from_browser_w, 4)
+            # inheritable; os.pipe's own fds close on exec). The pipes are first copied above 4: one of them
+            # may itself be fd 3 or 4, where dup2 onto itself would keep close-on-exec, or be overwritten.
+            reader, writer = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 5) for fd in (to_browser_r, from_browser_w))
+            os.dup2(reader, 3)
+            os.dup2(writer, 4)
 
         self.process = subprocess.Popen(   # close_fds would run after wire_pipes and close 3 and 4 again
             [executable, *CHROMIUM_FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
@@ -112,6 +126,7 @@ class Chromium:
         self.session = self.call("Target.attachToTarget", targetId=page["targetId"], flatten=True)["sessionId"]
         self.call("Page.enable", session=True)
         self.call("Runtime.enable", session=True)
+        self.call("Network.enable", session=True)
 
     def _read_message(self, deadline: float) -> dict:
         while b"\0" not in self._buffer:
@@ -168,6 +183,19 @@ class Chromium:
         if "exceptionDetails" in result:
             raise BrowserError(f"JavaScript failed: {result['exceptionDetails']}")
         return result["result"].get("value")
+
+    def failed_loads(self) -> list[str]:
+        """'URL (why)' for each request of the page opened last that failed or was answered with an error,
+        as far as its events have come in (the load event and every evaluate since). The favicon is left out:
+        Chromium asks for it on its own, at a time of its choosing, where no page names one."""
+        urls = {e["params"]["requestId"]: e["params"]["request"]["url"]
+                for e in self.events if e.get("method") == "Network.requestWillBeSent"}
+        failed = [f"{urls.get(e['params']['requestId'], '?')} ({e['params']['errorText']})"
+                  for e in self.events if e.get("method") == "Network.loadingFailed"]
+        failed += [f"{e['params']['response']['url']} (HTTP {e['params']['response']['status']})"
+                   for e in self.events if e.get("method") == "Network.responseReceived"
+                   and e["params"]["response"]["status"] >= 400]
+        return [f for f in failed if not f.split(" (")[0].endswith("/favicon.ico")]
 
     def screenshot(self, path: Path, height: int = 4000):
         """A PNG of the page's top ``height`` pixels at the current width: the viewport is made that tall
@@ -241,6 +269,43 @@ PAGE_REPORT = r"""
                           b.textContent.trim().slice(0, 80));
     }
   }
+  return report;
+})()
+"""
+
+
+# What a reveal.js deck reports, run after its load event: it waits for reveal.js and MathJax to start (the
+# math plugin loads MathJax only once reveal.js runs), then walks the deck with next() to its last slide.
+DECK_REPORT = r"""
+(async () => {
+  const sleep = (ms) => new Promise((done) => setTimeout(done, ms));
+  const waitFor = async (ok) => { for (let i = 0; i < 200 && !ok(); i++) await sleep(50); return !!ok(); };
+  const report = {ready: await waitFor(() => window.Reveal && Reveal.isReady && Reveal.isReady()),
+                  mathjaxLoaded: await waitFor(() => window.MathJax && MathJax.startup && MathJax.startup.promise)};
+  if (report.mathjaxLoaded) { await MathJax.startup.promise; }
+  const formulas = () => document.querySelectorAll(".reveal .slides mjx-container").length;
+  report.formulas = formulas();
+  // TeX that MathJax left as text: a formula it did not find or could not typeset (code is not math)
+  report.rawTex = [];
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    if (node.parentElement.closest("pre, code, script, style")) continue;
+    if (/\\[([]|\$\$/.test(node.textContent)) report.rawTex.push(node.textContent.trim().slice(0, 80));
+  }
+  if (!report.ready) return report;
+  report.horizontal = Reveal.getHorizontalSlides().length;
+  report.total = Reveal.getTotalSlides();
+  // every slide in turn: next() from the first, until reveal.js says the last is shown
+  Reveal.slide(0, 0);
+  const seen = [Reveal.getIndices()];
+  while (!Reveal.isLastSlide() && seen.length <= report.total) { Reveal.next(); seen.push(Reveal.getIndices()); }
+  report.formulasAfterWalk = formulas();    // the math plugin typesets the page again on every slide change
+  report.visited = new Set(seen.map((i) => `${i.h}/${i.v}`)).size;
+  report.isLastSlide = Reveal.isLastSlide();
+  report.last = Reveal.getIndices();
+  const current = Reveal.getCurrentSlide();
+  const box = current.getBoundingClientRect();
+  report.lastShown = current.classList.contains("present") && box.width > 0 && box.height > 0;
   return report;
 })()
 """

@@ -1,5 +1,7 @@
-"""Shared fixtures: the repository root and float64 random GDN2 inputs."""
+"""Shared fixtures: the repository root, the built book and decks, float64 random GDN2 inputs, the npm
+packages of tests/mathjax."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -8,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from bs4 import BeautifulSoup
 
 # Without a GPU, Triton kernels run in its interpreter; the variable must be set before triton is imported.
 if not torch.cuda.is_available():
@@ -40,19 +43,64 @@ def built_book(root, tmp_path_factory):
     return out / "_build" / "html"
 
 
+# Building every deck executes every chapter (the book test already does that once), so the deck tests build a
+# subset from scratch: Chapter 0 (no figures) and Chapter 2 (figures, equations, a definition, citations, glue).
+SLIDE_CHAPTERS = ("00_read_me_first", "02_unrolling_one_chunk")
+
+
+@pytest.fixture(scope="session")
+def built_slides(root, tmp_path_factory):
+    """tools/slides.py's decks (slides/), figures (figures/) and executed notebooks (executed/) of
+    SLIDE_CHAPTERS, in a fresh folder: nothing comes from an earlier run."""
+    out = tmp_path_factory.mktemp("slides")
+    result = subprocess.run(
+        [sys.executable, str(root / "tools" / "slides.py"), "--chapters", *SLIDE_CHAPTERS,
+         "--out", str(out / "slides"), "--figures", str(out / "figures"), "--cache", str(out / "executed")],
+        cwd=root, capture_output=True, text=True)
+    assert result.returncode == 0, f"slides.py failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return out
+
+
+def visible_text(soup):
+    """A deck's text outside code (a BeautifulSoup of it): where MyST syntax would be a rendering failure, and
+    where MathJax looks for TeX."""
+    soup = BeautifulSoup(str(soup), "html.parser")
+    for node in soup.select("pre, code, script, style"):
+        node.decompose()
+    return soup.get_text("\n")
+
+
 def make_inputs(B, T, H, K, V, dtype=torch.float64, erase_max=2.0, seed=0):
     """Fresh random GDN2 inputs in their ranges (gdn2edu.inputs.random_inputs), seeded."""
     from gdn2edu.inputs import random_inputs       # after TRITON_INTERPRET is set: gdn2edu imports triton
     return random_inputs(B, T, H, K, V, dtype=dtype, erase_max=erase_max, seed=seed)
 
 
+def npm_packages(root) -> Path:
+    """tests/mathjax/node_modules, holding each package of tests/mathjax/package.json at its pinned version
+    (`npm install` there first where one is missing or another version): MathJax 3 for the formula tests in
+    node, MathJax's and reveal.js's browser builds for the browser tests. Fails rather than skips without npm:
+    .ci/run installs it, and the README says so."""
+    folder = root / "tests" / "mathjax"
+    modules = folder / "node_modules"
+
+    def installed(name):
+        manifest = modules / name / "package.json"
+        return json.loads(manifest.read_text())["version"] if manifest.is_file() else None
+
+    pinned = json.loads((folder / "package.json").read_text())["dependencies"]
+    if any(installed(name) != version for name, version in pinned.items()):
+        npm = shutil.which("npm")
+        if npm is None:
+            pytest.fail("npm is needed to install MathJax and reveal.js for the tests (see README)")
+        subprocess.run([npm, "install", "--silent", "--no-audit", "--no-fund"], cwd=folder, check=True)
+    return modules
+
+
 def mathjax_checker(root):
     """(node, tests/mathjax) with MathJax 3 installed there: the typesetter that the formula tests run in node.
     Fails rather than skips without node and npm: .ci/run installs them, and the README says so."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if not (node and npm):
+    node = shutil.which("node")
+    if not node:
         pytest.fail("node and npm are needed to run MathJax outside a browser (see README)")
-    checker = root / "tests" / "mathjax"
-    if not (checker / "node_modules" / "mathjax-full").exists():
-        subprocess.run([npm, "install", "--silent", "--no-audit", "--no-fund"], cwd=checker, check=True)
-    return node, checker
+    return node, npm_packages(root).parent

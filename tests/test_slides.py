@@ -1,7 +1,7 @@
 """The lecture kit: tools/slides.py builds a reveal.js deck per chapter from the chapter sources.
 
-Building every deck executes every chapter (the book test already does that once), so this test builds a
-subset from scratch: Chapter 0 (no figures) and Chapter 2 (figures, equations, a definition, citations, glue).
+The decks tested are conftest's SLIDE_CHAPTERS, built from scratch once a session (tests/test_browser.py
+opens one of them in Chromium).
 """
 
 import importlib.util
@@ -15,9 +15,9 @@ import nbformat
 import pytest
 import yaml
 from bs4 import BeautifulSoup
-from conftest import mathjax_checker
+from conftest import SLIDE_CHAPTERS as CHAPTERS
+from conftest import mathjax_checker, visible_text
 
-CHAPTERS = ("00_read_me_first", "02_unrolling_one_chunk")
 RAW_MYST = re.compile(r"\{[a-z]+(?::[a-z]+)?\}`|:::\{|```\{|^\([\w-]+\)=\s*$|^:label:|^:class:", re.M)
 FIGURE_MIMES = ("image/svg+xml", "image/png")
 
@@ -30,26 +30,6 @@ def load_slides(root):
     return module
 
 
-@pytest.fixture(scope="module")
-def built(root, tmp_path_factory):
-    """Decks, figures and executed notebooks in a fresh folder: nothing comes from an earlier run."""
-    out = tmp_path_factory.mktemp("slides")
-    result = subprocess.run(
-        [sys.executable, str(root / "tools" / "slides.py"), "--chapters", *CHAPTERS,
-         "--out", str(out / "slides"), "--figures", str(out / "figures"), "--cache", str(out / "executed")],
-        cwd=root, capture_output=True, text=True)
-    assert result.returncode == 0, f"slides.py failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    return out
-
-
-def visible_text(soup):
-    """The deck's text outside code, where MyST syntax would be a rendering failure."""
-    soup = BeautifulSoup(str(soup), "html.parser")
-    for node in soup.select("pre, code, script, style"):
-        node.decompose()
-    return soup.get_text("\n")
-
-
 def expected_figures(executed):
     count = 0
     for cell in executed.cells:
@@ -60,8 +40,8 @@ def expected_figures(executed):
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_deck_is_built_complete_and_clean(root, built, chapter):
-    deck_path = built / "slides" / f"{chapter}.slides.html"
+def test_deck_is_built_complete_and_clean(root, built_slides, chapter):
+    deck_path = built_slides / "slides" / f"{chapter}.slides.html"
     assert deck_path.exists() and deck_path.stat().st_size > 2000
     soup = BeautifulSoup(deck_path.read_text(), "html.parser")
     source = (root / "chapters" / f"{chapter}.md").read_text()
@@ -74,11 +54,11 @@ def test_deck_is_built_complete_and_clean(root, built, chapter):
     assert len(slides) == 1 + len(sections) and len(sections) >= 3
 
     # every figure the executed chapter drew is in the deck, and written as a standalone file
-    executed = nbformat.read(built / "executed" / f"{chapter}.ipynb", as_version=4)
+    executed = nbformat.read(built_slides / "executed" / f"{chapter}.ipynb", as_version=4)
     n_fig = expected_figures(executed)
     images = soup.select("img.figure")
     assert len(images) == n_fig
-    files = sorted((built / "figures" / chapter).glob("fig-*"))
+    files = sorted((built_slides / "figures" / chapter).glob("fig-*"))
     assert len(files) == n_fig
     for image, path in zip(images, files):
         assert path.suffix == ".svg"
@@ -98,15 +78,15 @@ def test_deck_is_built_complete_and_clean(root, built, chapter):
     assert all(f'"{name}"' in script for name in macros)
 
 
-def test_index_links_every_deck(built):
-    soup = BeautifulSoup((built / "slides" / "index.html").read_text(), "html.parser")
+def test_index_links_every_deck(built_slides):
+    soup = BeautifulSoup((built_slides / "slides" / "index.html").read_text(), "html.parser")
     links = {a["href"] for a in soup.find_all("a")}
     assert {f"{chapter}.slides.html" for chapter in CHAPTERS} <= links
 
 
-def test_chapter_with_figures_has_its_figures_and_numbered_equations(root, built):
+def test_chapter_with_figures_has_its_figures_and_numbered_equations(root, built_slides):
     chapter = "02_unrolling_one_chunk"
-    soup = BeautifulSoup((built / "slides" / f"{chapter}.slides.html").read_text(), "html.parser")
+    soup = BeautifulSoup((built_slides / "slides" / f"{chapter}.slides.html").read_text(), "html.parser")
     assert len(soup.select("img.figure")) >= 2
     labels = re.findall(r"^\$\$ *\(([\w-]+)\)\s*$", (root / "chapters" / f"{chapter}.md").read_text(), flags=re.M)
     tags = [int(t) for t in re.findall(r"\\tag\{(\d+)\}", soup.decode())]
@@ -116,14 +96,15 @@ def test_chapter_with_figures_has_its_figures_and_numbered_equations(root, built
     assert "Hatamizadeh et al. 2026" in text                        # a citation, resolved from the bib
 
 
-def test_every_deck_formula_typesets_in_mathjax(root, built):
+def test_every_deck_formula_typesets_in_mathjax(root, built_slides):
     """The decks' formulas, with the book's macros, through MathJax 3 in node: no TeX errors."""
     node, checker = mathjax_checker(root)
     config = yaml.safe_load((root / "_config.yml").read_text())
     macros = config["sphinx"]["config"]["mathjax3_config"]["tex"]["macros"]
     formulas = []
     for chapter in CHAPTERS:
-        text = visible_text(BeautifulSoup((built / "slides" / f"{chapter}.slides.html").read_text(), "html.parser"))
+        deck = (built_slides / "slides" / f"{chapter}.slides.html").read_text()
+        text = visible_text(BeautifulSoup(deck, "html.parser"))
         for display, tex in [(False, m) for m in re.findall(r"\\\((.+?)\\\)", text, flags=re.S)] + \
                             [(True, m) for m in re.findall(r"\\\[(.+?)\\\]", text, flags=re.S)]:
             formulas.append({"page": chapter, "tex": tex, "display": display})

@@ -52,7 +52,10 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT_DIR = ROOT / "_build" / "slides"
 FIGURE_DIR = ROOT / "_build" / "figures"
 REVEAL = "https://cdn.jsdelivr.net/npm/reveal.js@5.1.0"
-MATHJAX = "https://cdn.jsdelivr.net/npm/mathjax@3.2.2/es5/tex-mml-chtml.js"
+# TeX input only: reveal.js's math plugin typesets the whole page again on every slide change, and MathJax's
+# MathML input would then typeset the hidden MathML it keeps beside each formula for screen readers, once
+# more at every change (tests/test_browser.py counts the formulas after walking a deck)
+MATHJAX = "https://cdn.jsdelivr.net/npm/mathjax@3.2.2/es5/tex-chtml.js"
 SHORT_CODE_LINES = 14
 SHORT_OUTPUT_LINES = 8
 EQUATIONS_PER_SLIDE = 2
