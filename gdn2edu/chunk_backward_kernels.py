@@ -8,6 +8,7 @@ import torch
 from gdn2edu.chunk_kernels import (INTRA_TILES, WY_TILES, _Plan, _block_width, _chunk_of_program,
                                    _forward_output, _forward_states, _load, _load_tile, _on_device, _plan,
                                    _scan_value_block, _tile, chunk_gdn2_fwd)
+from gdn2edu.fused_recurrent import apply_kernel_options
 
 import triton                        # after gdn2edu.chunk_kernels, which selects the interpreter without a GPU
 import triton.language as tl
@@ -367,7 +368,7 @@ def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_st
     cu_seqlens, initial_state is [B, H, K, V] or None; with cu_seqlens (int tensor [N + 1], B = 1) the N packed
     sequences run independently and the states are [N, H, K, V]. safe_gate=True takes the midpoint anchor on
     every sub-chunk unchecked and requires every g in [-5, 0] (lower_bound, if given, must lie in [-5, 0));
-    the default checks each sub-chunk and is finite for every g <= 0. disable_recompute=True keeps the
+    the default checks each chunk and is finite for every g <= 0. disable_recompute=True keeps the
     forward's intermediates for the backward instead of recomputing them (more memory, the same gradients).
     FLA's options use_qk_l2norm_in_kernel and use_gate_in_kernel (g then holds raw logits; A_log [H], dt_bias
     [H * K], and lower_bound, if given, for the bounded gate; with safe_gate, lower_bound is required) are
@@ -377,7 +378,6 @@ def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_st
     requires grad, the forward of Chapter 9 and the backward of this chapter run as one autograd Function;
     otherwise this is ``chunk_gdn2_fwd``.
     """
-    from gdn2edu.fused_recurrent import apply_kernel_options
 
     if not isinstance(disable_recompute, bool):
         raise ValueError(f"disable_recompute must be a bool, got {disable_recompute!r}")
