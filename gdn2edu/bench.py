@@ -11,8 +11,10 @@ import json
 import os
 import platform
 import signal
+import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -357,6 +359,14 @@ def build_parser():
                    help="seconds allowed for one torch.compile measurement (compile included)")
     p.add_argument("--out", type=Path, help="JSON file to write (rewritten after every measurement)")
     p.add_argument("--commit", help="git commit of the measured code (default: git rev-parse HEAD)")
+    p.add_argument("--processes", type=int, default=1,
+                   help="run the benchmark in this many separate processes, one after the other, each with the "
+                        "whole --budget (not split), and write one JSON with each result and medians over them")
+    p.add_argument("--warmup-process", action=argparse.BooleanOptionalAction, default=False,
+                   help="run one more process first (FLA's compile cache fills); its rows are kept, marked as "
+                        "the warm-up's, and left out of the summary")
+    p.add_argument("--process-timeout", type=float,
+                   help="seconds one process may take with --processes (default budget + grace + 120)")
     return p
 
 
@@ -478,9 +488,14 @@ def plan_benchmark(args, result):
 
 
 def run_benchmark(argv=None):
-    """Parse the command line, measure within the budget, write --out after every step; return the result dict."""
+    """Parse the command line, measure within the budget, write --out after every step; return the result dict.
+    With --processes N > 1 or --warmup-process, run_processes measures in child processes instead."""
     args = build_parser().parse_args(argv)
     argv = sys.argv[1:] if argv is None else list(argv)
+    if args.processes < 1:
+        raise ValueError(f"--processes must be at least 1, got {args.processes}")
+    if args.processes > 1 or args.warmup_process:
+        return run_processes(args, argv)
     start = time.monotonic()
     result = {"provenance": provenance(args.device, args.commit, argv), "ceilings": None, "forward": [],
               "decode": [], "breakdown": [], "scaling_T": [], "scaling_BH": [], "skipped": []}
@@ -509,15 +524,137 @@ def run_benchmark(argv=None):
     return result
 
 
+# the like-for-like pairs (ours, FLA's) whose ratios the book states
+LIKE_PAIRS = {"default": ("gdn2edu", "fla"), "safe_gate": ("gdn2edu_safe", "fla_safe")}
+RATIO_PARTS = (("fwd_ms", "fla/ours"), ("bwd_ms", "fla/ours"), ("peak_mib", "ours/fla"))
+TIME_PARTS = ("fwd_ms", "bwd_ms", "fwdbwd_ms")
+
+
+def _spread(values):
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "count": len(values),
+            "values": values}
+
+
+def summarize_processes(results):
+    """Medians over processes. results: a list of bench results (one --out each) or of a combined file's
+    "processes" entries (a failed child's finished rows count; one that wrote nothing is passed over). Returns {"ratios": [...], "times": [...]}:
+    one record per (part, shape, pair of LIKE_PAIRS) — FLA/ours for fwd_ms and bwd_ms, ours/FLA for peak_mib —
+    and per (impl, shape, part of TIME_PARTS), each with median, min, max, count and the values in order."""
+    if not isinstance(results, (list, tuple)):
+        raise ValueError(f"results must be a list of bench results or of \"processes\" entries, "
+                         f"got {type(results).__name__}")
+    ratios, times = {}, {}
+    for i, item in enumerate(results):
+        run = item.get("result") if isinstance(item, dict) and "result" in item else item
+        if run is None:
+            continue
+        if not isinstance(run, dict) or "forward" not in run:
+            raise ValueError(f"results[{i}] must be a bench result (with \"forward\" rows) or a \"processes\" "
+                             f"entry, got a {type(run).__name__} without \"forward\"")
+        rows = {(r["impl"], r["B"], r["T"], r["H"], r["K"], r["V"]): r
+                for r in run["forward"] if r.get("status") == "ok"}
+        for (impl, *shape), row in rows.items():
+            for part in TIME_PARTS:
+                if row.get(part) is not None:
+                    times.setdefault((impl, *shape, part), []).append(row[part])
+        for pair, (ours, fla) in LIKE_PAIRS.items():
+            for (impl, *shape), a in rows.items():
+                b = rows.get((fla, *shape))
+                if impl != ours or b is None:
+                    continue
+                for part, ratio in RATIO_PARTS:
+                    num, den = (b, a) if ratio == "fla/ours" else (a, b)
+                    if num.get(part) is not None and den.get(part):
+                        ratios.setdefault((part, *shape, pair), []).append(num[part] / den[part])
+    return {"ratios": [{"part": part, **dict(zip("BTHKV", shape)), "pair": pair, "ours": LIKE_PAIRS[pair][0],
+                        "fla": LIKE_PAIRS[pair][1], "ratio": dict(RATIO_PARTS)[part], **_spread(v)}
+                       for (part, *shape, pair), v in ratios.items()],
+            "times": [{"impl": impl, **dict(zip("BTHKV", shape)), "part": part, **_spread(v)}
+                      for (impl, *shape, part), v in times.items()]}
+
+
+def _run_child(command, out, limit, env):
+    """Run one child benchmark; return its entry: status, exit code, seconds, stderr's tail, result (or None)."""
+    start = time.monotonic()
+    entry = {"status": "ok", "returncode": None, "elapsed_s": None, "stderr_tail": None, "result": None}
+    try:
+        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+                                 start_new_session=hasattr(os, "killpg"))
+    except OSError as err:
+        entry["status"] = _status(err)
+        return entry
+    try:
+        _, err_text = child.communicate(timeout=limit)
+        if child.returncode != 0:
+            entry["status"] = f"failed: exit status {child.returncode}"
+    except subprocess.TimeoutExpired:
+        if hasattr(os, "killpg"):
+            os.killpg(child.pid, signal.SIGKILL)           # the child's own session: it and its workers
+        else:
+            child.kill()
+        _, err_text = child.communicate()
+        entry["status"] = f"failed: did not finish in its time limit of {limit:g} s"
+    entry.update(returncode=child.returncode, elapsed_s=time.monotonic() - start)
+    if entry["status"] != "ok":
+        entry["stderr_tail"] = (err_text or "")[-2000:]
+    if out.exists():                                       # a killed child keeps what it measured
+        try:
+            entry["result"] = json.loads(out.read_text())
+        except ValueError as err:
+            entry["status"] += f"; its output was not JSON ({err})"
+    return entry
+
+
+def run_processes(args, argv):
+    """The benchmark in args.processes child processes, one after the other (after a discarded warm-up child
+    with --warmup-process), each with the whole --budget; write one JSON after every child with the provenance,
+    the settings, every child's entry under "processes" and summarize_processes over them; return it."""
+    if args.process_timeout is not None and args.process_timeout <= 0:
+        raise ValueError(f"--process-timeout must be positive seconds, got {args.process_timeout}")
+    limit = args.process_timeout or args.budget + args.grace + 120.0
+    start = time.monotonic()
+    combined = {"provenance": provenance(args.device, args.commit, argv), "settings": {}, "warmup_process": None,
+                "processes": [], "summary": summarize_processes([])}
+    plan_benchmark(args, combined)                         # validates the arguments and fills the settings
+    combined["settings"].update(processes=args.processes, warmup_process=args.warmup_process,
+                                process_timeout_s=limit, budget="per process")
+    package_root = str(Path(gdn2edu.__file__).resolve().parent.parent)   # the children measure this package
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(x for x in (package_root, os.environ.get("PYTHONPATH"))
+                                                       if x)}
+    roles = ["warm-up"] * args.warmup_process + ["measured"] * args.processes
+    with tempfile.TemporaryDirectory() as tmp:
+        for n, role in enumerate(roles):
+            out = Path(tmp) / f"process{n}.json"
+            command = [sys.executable, "-m", "gdn2edu.bench", *argv, "--processes", "1", "--no-warmup-process",
+                       "--commit", combined["provenance"]["commit"], "--out", str(out)]
+            entry = {"role": role, **_run_child(command, out, limit, env)}
+            print(f"process {n + 1}/{len(roles)} ({role}): {entry['status']} after {entry['elapsed_s'] or 0:.0f} s "
+                  f"({time.monotonic() - start:.0f} s in all)", file=sys.stderr, flush=True)
+            if role == "warm-up":
+                combined["warmup_process"] = entry
+            else:
+                combined["processes"].append(entry)
+                combined["summary"] = summarize_processes(combined["processes"])
+            combined["elapsed_s"] = time.monotonic() - start
+            if args.out:
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps(combined, indent=1) + "\n")
+    return combined
+
+
 def _fmt(x, spec=".3f"):
     return "-" if x is None else format(x, spec)
+
+
+def _provenance_line(prov):
+    return (f"{prov['device']} ({prov['device_type']}), driver {prov['driver']}, torch {prov['torch']}, "
+            f"triton {prov['triton']}, FLA {prov['fla']}, {prov['date']}, commit {prov['commit'][:12]}")
 
 
 def format_tables(result):
     """The result of run_benchmark (or its JSON) as plain-text tables."""
     prov, lines = result["provenance"], []
-    lines.append(f"{prov['device']} ({prov['device_type']}), driver {prov['driver']}, torch {prov['torch']}, "
-                 f"triton {prov['triton']}, FLA {prov['fla']}, {prov['date']}, commit {prov['commit'][:12]}")
+    lines.append(_provenance_line(prov))
     c = result.get("ceilings")
     if c:
         lines.append(f"ceilings: copy {c['copy_bytes_per_s'] / 1e12:.3f} TB/s (read + write), "
@@ -551,14 +688,34 @@ def format_tables(result):
     return "\n".join(lines)
 
 
+def format_summary(combined):
+    """A combined result of run_processes as plain-text tables: each process's status, the ratios, the times."""
+    lines = [_provenance_line(combined["provenance"])]
+    warm = combined["warmup_process"]
+    entries = ([("warm-up", warm)] if warm else []) + [(f"process {i + 1}", e)
+                                                       for i, e in enumerate(combined["processes"])]
+    lines += [f"{name:>10}: {e['status']} ({_fmt(e['elapsed_s'], '.0f')} s)" for name, e in entries]
+    ratios, times = combined["summary"]["ratios"], combined["summary"]["times"]
+    if ratios:
+        lines += ["", f"{'part':>8} {'pair':>9} {'B x T x H':>14} {'ratio':>8} {'median':>7} {'min':>7} {'max':>7}  n"]
+        lines += [f"{r['part']:>8} {r['pair']:>9} {r['B']:>4}x{r['T']:>5}x{r['H']:<3} {r['ratio']:>8} "
+                  f"{r['median']:7.3f} {r['min']:7.3f} {r['max']:7.3f}  {r['count']}" for r in ratios]
+    if times:
+        lines += ["", f"{'impl':>14} {'B x T x H':>14} {'part':>9} {'median ms':>9} {'min':>9} {'max':>9}  n"]
+        lines += [f"{r['impl']:>14} {r['B']:>4}x{r['T']:>5}x{r['H']:<3} {r['part']:>9} {r['median']:9.3f} "
+                  f"{r['min']:9.3f} {r['max']:9.3f}  {r['count']}" for r in times]
+    return "\n".join(lines)
+
+
 def main(argv=None):
-    """``python -m gdn2edu.bench``: run the benchmark, print the tables; exit status 0, or 2 on bad arguments."""
+    """``python -m gdn2edu.bench``: run the benchmark, print the tables (with --processes, the summary's);
+    exit status 0, or 2 on bad arguments."""
     parser = build_parser()
     try:
         result = run_benchmark(argv)
     except ValueError as err:
         parser.error(str(err))
-    print(format_tables(result))
+    print(format_summary(result) if "processes" in result else format_tables(result))
     return 0
 
 

@@ -2,13 +2,15 @@
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
 
 import pytest
 
-from gdn2edu.bench import IMPLEMENTATIONS, amdahl_speedup, forward_kernel_costs, parse_shapes, roofline_time_ms
+from gdn2edu.bench import (IMPLEMENTATIONS, amdahl_speedup, forward_kernel_costs, parse_shapes, roofline_time_ms,
+                           run_benchmark, summarize_processes)
 
 
 def run_cli(root, *args, timeout=120):
@@ -19,7 +21,8 @@ def run_cli(root, *args, timeout=120):
 def test_help(root):
     result = run_cli(root, "--help")
     assert result.returncode == 0, result.stderr
-    for option in ("--shapes", "--budget", "--out", "--warmup", "--rep", "--impls", "--commit"):
+    for option in ("--shapes", "--budget", "--out", "--warmup", "--rep", "--impls", "--commit", "--processes",
+                   "--warmup-process", "--process-timeout"):
         assert option in result.stdout
 
 
@@ -54,6 +57,71 @@ def test_budget_stops_new_measurements(root, tmp_path):
     data = json.loads(out.read_text())
     cpu_impls = [x for x in IMPLEMENTATIONS if x != "torch_compile"]           # the CPU default, and 3 decoders
     assert data["forward"] == [] and data["decode"] == [] and len(data["skipped"]) == len(cpu_impls) + 3
+
+
+TINY_CPU_RUN = ("--device", "cpu", "--shapes", "1x128x2", "--K", "32", "--warmup", "2", "--rep", "5",
+                "--parts", "forward", "--impls", "torch,gdn2edu")
+
+
+def test_processes_write_one_combined_file(root, tmp_path):
+    out = tmp_path / "bench.json"
+    result = run_cli(root, *TINY_CPU_RUN, "--processes", "2", "--out", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["settings"]["processes"] == 2 and data["warmup_process"] is None
+    assert [p["status"] for p in data["processes"]] == ["ok", "ok"]
+    assert all(p["result"]["provenance"]["commit"] == data["provenance"]["commit"] for p in data["processes"])
+    assert len([line for line in result.stderr.splitlines() if line.startswith("process ")]) == 2
+    times = {(r["impl"], r["part"]): r for r in data["summary"]["times"]}
+    assert sorted(times) == [("torch", "bwd_ms"), ("torch", "fwd_ms"), ("torch", "fwdbwd_ms")]   # ours: GPU only
+    for r in times.values():
+        assert r["count"] == 2 and r["min"] <= r["median"] <= r["max"] and r["median"] == statistics.median(r["values"])
+    assert data["summary"]["ratios"] == []          # no pair of LIKE_PAIRS runs on a CPU
+    assert "torch" in result.stdout and "median ms" in result.stdout
+
+
+def test_processes_past_their_time_are_recorded(root, tmp_path):
+    out = tmp_path / "bench.json"
+    result = run_cli(root, *TINY_CPU_RUN, "--processes", "2", "--warmup-process", "--process-timeout", "0.2",
+                     "--out", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(out.read_text())
+    entries = [data["warmup_process"], *data["processes"]]
+    assert [e["role"] for e in entries] == ["warm-up", "measured", "measured"]
+    assert all(e["status"] == "failed: did not finish in its time limit of 0.2 s" for e in entries)
+    assert data["summary"] == {"ratios": [], "times": []}
+
+
+def test_processes_must_be_positive():
+    with pytest.raises(ValueError, match="--processes must be at least 1, got 0"):
+        run_benchmark(["--device", "cpu", "--processes", "0"])
+    with pytest.raises(ValueError, match="^results must be a list"):
+        summarize_processes({"processes": []})
+
+
+def test_summary_of_the_recorded_gate_path_runs(root):
+    """The three old-layout runs behind Chapters 9 and 10: every median is the median of the per-process ratios
+    read straight from the rows, and they say what the chapters state."""
+    runs = [json.loads(f.read_text()) for f in sorted((root / "results").glob("h200_gate_paths_run*.json"))]
+    assert len(runs) == 3
+    summary = summarize_processes(runs)
+    assert len(summary["ratios"]) == 3 * 2 * 4             # fwd, bwd, memory x two pairs x four shapes
+    medians = {}
+    for r in summary["ratios"]:
+        rows = [{x["impl"]: x for x in run["forward"] if (x["B"], x["T"], x["H"]) == (r["B"], r["T"], r["H"])}
+                for run in runs]
+        num, den = (r["ours"], r["fla"]) if r["part"] == "peak_mib" else (r["fla"], r["ours"])
+        by_hand = [x[num][r["part"]] / x[den][r["part"]] for x in rows]
+        assert r["count"] == 3 and r["values"] == by_hand
+        assert r["median"] == statistics.median(r["values"]) and (r["min"], r["max"]) == (min(by_hand), max(by_hand))
+        medians[(r["part"], r["pair"], r["B"], r["T"], r["H"])] = r["median"]
+    default_fwd = {key[2:]: m for key, m in medians.items() if key[:2] == ("fwd_ms", "default")}
+    assert len(default_fwd) == 4 and [s for s, m in default_fwd.items() if m < 1] == [(2, 8192, 16)]   # Chapter 9
+    assert 1.0 <= default_fwd[(1, 8192, 16)] < 1.1
+    assert min(m for key, m in medians.items() if key[:2] == ("bwd_ms", "default")) >= 1.5             # Chapter 10
+    assert max(m for key, m in medians.items() if key[0] == "peak_mib") <= 1.0
+    times = {(r["impl"], r["part"], r["B"], r["T"], r["H"]): r for r in summary["times"]}
+    assert times[("gdn2edu", "fwd_ms", 2, 8192, 16)]["count"] == 3 and len(times) == 4 * 4 * 3
 
 
 @pytest.mark.parametrize("shapes", ["1x8192", "0x64x2", "1x64xH", "axbxc", ""])
