@@ -709,14 +709,14 @@ def format_summary(combined):
 
 def main(argv=None):
     """``python -m gdn2edu.bench``: run the benchmark, print the tables (with --processes, the summary's);
-    exit status 0, or 2 on bad arguments."""
+    exit status 0, 1 when --processes ran and no measured child finished, 2 on bad arguments."""
     parser = build_parser()
     try:
         result = run_benchmark(argv)
     except ValueError as err:
         parser.error(str(err))
     print(format_summary(result) if "processes" in result else format_tables(result))
-    return 0
+    return 1 if "processes" in result and not any(p["status"] == "ok" for p in result["processes"]) else 0
 
 
 if __name__ == "__main__" and "ipykernel" not in sys.modules:   # a script, not this cell in a notebook
