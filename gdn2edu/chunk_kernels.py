@@ -408,9 +408,8 @@ def _schedule(offsets, BT, device):
 
 
 # Tiles of the scan kernel for K > 64: value-block width, warps and pipeline stages, and of the other kernels.
-# Chosen by measurement on an H200 (tools/gpu_tune_scan.py; WY_TILES and INTRA_TILES by
-# tools/gpu_tune_backward.py, on the backward's recomputation); module-level tables so that a tuning run
-# can try others.
+# Set by the recorded sweeps of tools/gpu_forward_sweep.py on an H200 (results/h200_forward_sweep_run*.json;
+# Chapter 9 asserts each table is its sweep's winner); module-level tables so that a tuning run can try others.
 SCAN_TILES = {"BV": "auto", "num_warps": 4, "num_stages": 4}  # "auto": _one_wave_block, per call
 WY_TILES = {"BK": 32, "BV": 64, "num_warps": 2}           # the WY kernel's key and value blocks, warps
 OUTPUT_TILES = {"BV": 128, "num_warps": 4}                # the output kernel's value block, warps
@@ -522,13 +521,22 @@ def _plan(q, k, v, g, b, w, scale, initial_state, cu_seqlens, safe_gate=False, l
     return _Plan(B, T, H, K, V, N, dims.scale, *_schedule(offsets, 64, q.device), DOT, store, safe_gate)
 
 
+def _launch_intra(q, k, g, b, A, Aqk, flags, p: _Plan, mode):
+    """One launch of the intra kernel in ``mode`` (0, 1 or 2, see its docstring) over every chunk and head."""
+    chunk_gdn2_fwd_intra_kernel[(p.chunks.shape[0], p.H)](
+        q, k, g, b, A, Aqk, flags, p.cu, p.chunks, p.scale, H=p.H, K=p.K, BT=64, BC=16,
+        BK=min(_block_width(p.K), INTRA_TILES["BK"]), MODE=mode, MID_LIMIT=MID_LIMIT,
+        OPERAND_LIMIT=_operand_limit(p.store), DOT=p.DOT, num_warps=INTRA_TILES["num_warps"],
+        num_stages=INTRA_TILES["num_stages"])
+
+
 def _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p: _Plan, store_G=False):
     """The intra, WY and scan launches on contiguous inputs. Returns the dict of their results: A, Aqk
     [B, T, H, 64] float32; AE, QG, KG [B, T, H, K], AZ, R [B, T, H, V] and h [chunks, H, K, V] in p.store;
     GN [chunks, H, K] float32; ht [N, H, K, V] float32 or None; G, the base-2 G from each chunk's start
     [B, T, H, K] float32, if store_G (else None); flags [chunks, H] int32 from the intra kernel (None with
     safe_gate)."""
-    BT, BC = 64, 16
+    BT = 64
     B, T, H, K, V = p.B, p.T, p.H, p.K, p.V
     BK = _block_width(K)
     BV = _scan_value_block(SCAN_TILES["BV"], p.N, H, V, q.device)
@@ -537,10 +545,7 @@ def _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p: _Pla
     Aqk = torch.empty_like(A)
     flags = None if p.safe_gate else torch.empty(n_chunks, H, dtype=torch.int32, device=q.device)
     for mode in (0,) if p.safe_gate else (1, 2):     # midpoint (and flag), then token by token where flagged
-        chunk_gdn2_fwd_intra_kernel[(n_chunks, H)](
-            q, k, g, b, A, Aqk, flags, p.cu, p.chunks, p.scale, H=H, K=K, BT=BT, BC=BC,
-            BK=min(BK, INTRA_TILES["BK"]), MODE=mode, MID_LIMIT=MID_LIMIT, OPERAND_LIMIT=_operand_limit(p.store),
-            DOT=p.DOT, num_warps=INTRA_TILES["num_warps"], num_stages=INTRA_TILES["num_stages"])
+        _launch_intra(q, k, g, b, A, Aqk, flags, p, mode)
     like = dict(dtype=p.store, device=q.device)
     AE, KG, QG = (torch.empty(B, T, H, K, **like) for _ in range(3))
     AZ, R = torch.empty(B, T, H, V, **like), torch.empty(B, T, H, V, **like)

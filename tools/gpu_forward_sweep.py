@@ -41,18 +41,9 @@ def second_launch_ms(inputs):
     """Device time of the intra kernel's MODE 2 launch when no chunk is flagged (every program returns at once)."""
     q, k, v, g, b, w = inputs
     p = chunk_kernels._plan(q, k, v, g, b, w, None, None, None)
-    B, T, H, K = p.B, p.T, p.H, p.K
-    A = torch.empty(B, T, H, 64, dtype=torch.float32, device=q.device)
-    flags = torch.zeros(p.chunks.shape[0], H, dtype=torch.int32, device=q.device)
-    tiles = chunk_kernels.INTRA_TILES
-
-    def launch():
-        chunk_kernels.chunk_gdn2_fwd_intra_kernel[(p.chunks.shape[0], H)](
-            q, k, g, b, A, A, flags, p.cu, p.chunks, p.scale, H=H, K=K, BT=64, BC=16,
-            BK=min(chunk_kernels._block_width(K), tiles["BK"]), MODE=2, MID_LIMIT=chunk_kernels.MID_LIMIT,
-            OPERAND_LIMIT=chunk_kernels._operand_limit(p.store), DOT=p.DOT, num_warps=tiles["num_warps"],
-            num_stages=tiles["num_stages"])
-    return measure_ms(launch)
+    A = torch.empty(p.B, p.T, p.H, 64, dtype=torch.float32, device=q.device)
+    flags = torch.zeros(p.chunks.shape[0], p.H, dtype=torch.int32, device=q.device)
+    return measure_ms(lambda: chunk_kernels._launch_intra(q, k, g, b, A, A, flags, p, 2))
 
 
 def main(argv=None):

@@ -21,6 +21,7 @@ import time
 
 os.environ["TRITON_INTERPRET"] = "0"      # before gdn2edu imports triton: compile, do not interpret
 
+import torch  # noqa: E402
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 
@@ -62,8 +63,8 @@ def launches(K, V):
     intermediates."""
     intra, wy, scan, out = ck.INTRA_TILES, ck.WY_TILES, ck.SCAN_TILES, ck.OUTPUT_TILES
     bscan, blocal, binputs = cb.BWD_SCAN_TILES, cb.BWD_LOCAL_TILES, cb.BWD_INPUTS_TILES
-    scan_bv = 64 if bscan["BV"] == "auto" else bscan["BV"]         # "auto" picks at most 64: the largest tiles
-    fscan_bv = 64 if scan["BV"] == "auto" else scan["BV"]
+    # both scans' value blocks; "auto" picks at most 64, which is what it picks without a GPU: the largest tiles
+    scan_bv, fscan_bv = (ck._scan_value_block(t["BV"], 1, H, V, torch.device("cpu")) for t in (bscan, scan))
     fused_bv = min(V, max(8, 2048 // K))
     return [
         *((ck.chunk_gdn2_fwd_intra_kernel, dict(H=H, K=K, BT=64, BC=16, BK=intra["BK"], MODE=mode,
