@@ -61,6 +61,7 @@ def main(argv=None):
               "model": MODEL, "task_settings": {t: TASKS[t] for t in args.tasks},
               "training": {"steps": args.steps, "batch_size": args.batch_size, "lr": args.lr, "dtype": args.dtype},
               "tasks": {t: {m: [] for m in args.members} for t in args.tasks}, "skipped": []}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     for seed in args.seeds:                         # seeds outermost: a cut budget still covers every member
         for task in args.tasks:
@@ -79,7 +80,6 @@ def main(argv=None):
                                                       "state_size_per_layer": state})
                 print(f"{task:15s} {member:15s} seed {seed}: accuracy {run['accuracy']:.3f} "
                       f"({run['seconds']:.0f} s)", flush=True)
-                args.out.parent.mkdir(parents=True, exist_ok=True)
                 args.out.write_text(json.dumps(result, indent=1))
     result["seconds"] = time.perf_counter() - start
     args.out.write_text(json.dumps(result, indent=1))

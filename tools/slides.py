@@ -155,8 +155,9 @@ def resolve_doc(target: str, here: str) -> str:
 
 def source_hash(md_path: Path) -> str:
     digest = hashlib.sha256(md_path.read_bytes())
-    for module in sorted((ROOT / "gdn2edu").glob("*.py")):
-        digest.update(module.read_bytes())
+    # the package it imports and the recorded results it reads (Chapters 8-12 read ../results)
+    for source in sorted((ROOT / "gdn2edu").glob("*.py")) + sorted((ROOT / "results").glob("*.json")):
+        digest.update(source.read_bytes())
     digest.update(SETUP_SOURCE.encode())          # how the chapter is executed (not how the deck is drawn)
     return digest.hexdigest()
 
@@ -353,12 +354,10 @@ class Renderer:
                 return f"({content})"
             return f"({number})" if doc == self.doc else f"({number}) of {chapter_name(doc, self.index)}"
         if name == "doc":
-            text, target = content, content
             explicit = re.match(r"^(.*?)\s*<(.+)>$", content)
-            if explicit:
-                text, target = explicit.groups()
-                return text
-            return chapter_name(resolve_doc(target, self.doc), self.index)
+            if explicit:                                # {doc}`text <target>`: the text as written
+                return explicit.group(1)
+            return chapter_name(resolve_doc(content, self.doc), self.index)
         if name == "prf:ref":
             return self.index.prf.get(content, content)
         if name in ("ref", "numref"):
