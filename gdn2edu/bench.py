@@ -494,6 +494,8 @@ def run_benchmark(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     if args.processes < 1:
         raise ValueError(f"--processes must be at least 1, got {args.processes}")
+    if args.process_timeout is not None and args.process_timeout <= 0:
+        raise ValueError(f"--process-timeout must be positive seconds, got {args.process_timeout}")
     if args.processes > 1 or args.warmup_process:
         return run_processes(args, argv)
     start = time.monotonic()
@@ -609,8 +611,6 @@ def run_processes(args, argv):
     """The benchmark in args.processes child processes, one after the other (after a discarded warm-up child
     with --warmup-process), each with the whole --budget; write one JSON after every child with the provenance,
     the settings, every child's entry under "processes" and summarize_processes over them; return it."""
-    if args.process_timeout is not None and args.process_timeout <= 0:
-        raise ValueError(f"--process-timeout must be positive seconds, got {args.process_timeout}")
     limit = args.process_timeout or args.budget + args.grace + 120.0
     start = time.monotonic()
     combined = {"provenance": provenance(args.device, args.commit, argv), "settings": {}, "warmup_process": None,

@@ -14,6 +14,7 @@ from gdn2edu.chunk import chunk_gdn2_torch
 from gdn2edu.chunk_backward_kernels import chunk_gdn2
 from gdn2edu.family import family_gates
 from gdn2edu.fused_recurrent import apply_kernel_options, fused_recurrent_gdn2, gate_activation
+from gdn2edu.inputs import compute_dtype
 from gdn2edu.recurrence import recurrent_gdn2
 
 LAYER_MEMBERS = ("gdn2", "kda", "gated_deltanet", "deltanet")
@@ -58,7 +59,7 @@ class RMSNormGated(nn.Module):
 
     def forward(self, x, gate):
         """x, gate: [..., D]. Computes in float32 (float64 for float64 x); returns x's dtype."""
-        dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+        dtype = compute_dtype(x)
         y = x.to(dtype) * torch.rsqrt(x.to(dtype).square().mean(-1, keepdim=True) + self.eps)
         return (y * self.weight.to(dtype) * torch.sigmoid(gate.to(dtype))).to(x.dtype)
 
@@ -159,7 +160,7 @@ def _gates(self, x, raw_decay=False):
     w already per value head: [B, T, H_v, V]). g is the log-decay, by Chapter 8's gate_activation (bounded
     with safe_gate); with raw_decay (member "gdn2") it is the logits f(x), for the kernel's use_gate_in_kernel."""
     H, K, V, Hv = self.num_heads, self.head_k_dim, self.head_v_dim, self.num_v_heads
-    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    dtype = compute_dtype(x)
     f = self.f_proj(x).to(dtype).unflatten(-1, (H, K))
     g = f if raw_decay else gate_activation(f, self.A_log, self.dt_bias,
                                             self.gate_lower_bound if self.safe_gate else None)
@@ -377,7 +378,7 @@ def _empty_conv(self, x):
 
 
 def _empty_state(self, x):
-    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    dtype = compute_dtype(x)
     return x.new_zeros(1, self.num_v_heads, self.head_k_dim, self.head_v_dim, dtype=dtype)
 
 

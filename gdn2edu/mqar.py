@@ -42,8 +42,9 @@ def mqar_batch(batch_size, num_pairs, num_queries, num_keys, num_values, overwri
         shift = torch.randint(1, num_values, (overwrites,), generator=gen)
         latest = values.clone()
         latest[which] = (values[which] + shift) % num_values                       # never the old value
+        rebound = set(which.tolist())
         others = torch.tensor([i for i in torch.randperm(num_pairs, generator=gen).tolist()
-                               if i not in set(which.tolist())], dtype=torch.long)
+                               if i not in rebound], dtype=torch.long)
         asked = torch.cat([which, others])[:num_queries]
         asked = asked[torch.randperm(num_queries, generator=gen)]
         seq = [torch.stack([keys, values + num_keys], 1).flatten(),

@@ -240,8 +240,6 @@ def test_triton_backend_in_the_interpreter_matches_torch(safe_gate):
     assert getattr(chunk_kernel, "keywords", {}).get("safe_gate", False) == safe_gate
     assert tri._kernel("fused_recurrent", x.device, 20) is fused_recurrent_gdn2
     with torch.no_grad():
-        for layer in (ours, tri):
-            layer.mode = "chunk"
         want = ours.train()(x)[0]
         got = tri.train()(x)[0]                      # training: the chunked kernel
         want_rec = ours.eval()(x)[0]
