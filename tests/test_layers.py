@@ -354,6 +354,7 @@ def test_gpu_layer_check_dry_run(root, tmp_path):
         assert row["o"]["max_abs"] == 0 and row["dx"]["max_abs"] == 0
     assert result["decode"]["fp32"]["rel_rms"] < 1e-5 and result["decode"]["bf16"]["rel_rms"] < 2e-2
     assert result["provenance"]["device_type"] == "cpu" and result["provenance"]["command"].startswith("python tools/")
+    assert result["complete"] is True
 
 
 def test_packed_sequences_take_one_triton_launch_and_match_torch():

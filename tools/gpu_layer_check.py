@@ -106,11 +106,12 @@ def bench(layer, x):
     return {"fwd_ms": measure_ms(fwd), "fwdbwd_ms": measure_ms(fwdbwd)}
 
 
-def run(args, device):
+def run(args, device, result, save):
+    """Fill ``result`` section by section, calling ``save()`` after each case (a cut call keeps what ran)."""
     dtypes = {name: {"bf16": torch.bfloat16, "fp32": torch.float32}[name] for name in args.dtypes.split(",")}
     hidden, head_dim, heads = args.check_size
     check = dict(hidden_size=hidden, head_dim=head_dim, num_heads=heads)
-    result = {"check_size": check, "reference": args.reference, "compare": {}, "decode": {}, "bench": None}
+    result.update({"check_size": check, "reference": args.reference, "compare": {}, "decode": {}, "bench": None})
     for name, config in CONFIGS.items():
         config = dict(config)
         if "grouped" in config:
@@ -122,12 +123,14 @@ def run(args, device):
             x = torch.randn(2, args.check_T, hidden, device=device, dtype=dtype)
             result["compare"][f"{name}/{dname}"] = compare(ref, ours, x)
             print(name, dname, result["compare"][f"{name}/{dname}"], flush=True)
+            save()
     for dname, dtype in dtypes.items():
         torch.manual_seed(0)
         ours = GatedDeltaNet2(**check, layer_idx=0).to(device, dtype)
         x = torch.randn(2, args.check_T + 16, hidden, device=device, dtype=dtype)
         result["decode"][dname] = prefill_decode(ours, x, args.check_T)
         print("decode", dname, result["decode"][dname], flush=True)
+        save()
     if not args.skip_bench:
         size = dict(BENCH_SIZE)
         B, T = size.pop("B"), size.pop("T")
@@ -138,8 +141,8 @@ def run(args, device):
             layer = (GatedDeltaNet2(**size) if kind is None else reference_layer(kind, **size))
             result["bench"][label] = bench(layer.to(device, torch.bfloat16).train(), x)
             print("bench", label, result["bench"][label], flush=True)
+            save()
             del layer
-    return result
 
 
 def build_parser():
@@ -163,8 +166,9 @@ def main(argv=None):
         raise SystemExit("gpu_layer_check.py runs on a CUDA GPU (or --cpu --reference ours, a dry run)")
     device = torch.device("cpu" if args.cpu else "cuda")
     result = {"provenance": provenance(device, args.commit, argv, "python tools/gpu_layer_check.py")}
-    result.update(run(args, device))
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    run(args, device, result, lambda: args.out.write_text(json.dumps(result, indent=1)))
+    result["complete"] = True
     args.out.write_text(json.dumps(result, indent=1))
 
 
