@@ -326,6 +326,9 @@ def _run_step(step, seconds):
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 PARTS = ("ceilings", "forward", "decode", "breakdown", "scaling")
+# parts that later chapters add, by name: planner(args, result) -> steps, like plan_benchmark's; each puts its
+# rows, in the "forward" rows' layout, under result[name]. Chapter 12 adds "layer".
+EXTENSION_PARTS = {}
 
 
 def build_parser():
@@ -342,7 +345,8 @@ def build_parser():
     p.add_argument("--dtype", default="bf16", choices=sorted(_DTYPES))
     p.add_argument("--impls", help="chunked implementations to time, in this order, from "
                                    f"{','.join(IMPLEMENTATIONS)} (default: all on a GPU; no torch_compile on the CPU)")
-    p.add_argument("--parts", default=",".join(PARTS), help="what to measure (default: %(default)s)")
+    p.add_argument("--parts", default=",".join(PARTS), help="what to measure (default: %(default)s; also "
+                                                            f"{','.join(EXTENSION_PARTS) or 'none'})")
     p.add_argument("--decode-batches", default=None, help="batch sizes of the decode step (default 1,64,256; CPU 1)")
     p.add_argument("--decode-impls", default="gdn2edu,fla,torch", help="decode steps to time (default: %(default)s)")
     p.add_argument("--scaling-tokens", type=int, default=16384, help="B*T held fixed in the T sweep")
@@ -400,7 +404,7 @@ def plan_benchmark(args, result):
     shapes = parse_shapes(args.shapes) if args.shapes is not None else (STANDARD_SHAPES if gpu else CPU_SHAPES)
     impls = _choices(args.impls or ",".join(x for x in IMPLEMENTATIONS if gpu or x != "torch_compile"),
                      IMPLEMENTATIONS, "--impls")
-    parts = _choices(args.parts, PARTS, "--parts")
+    parts = _choices(args.parts, PARTS + tuple(EXTENSION_PARTS), "--parts")
     batches = _int_list(args.decode_batches or ("1,64,256" if gpu else "1"))
     decoders = _choices(args.decode_impls, ("gdn2edu", "fla", "torch"), "--decode-impls")
     scaling_T = _int_list(args.scaling_T)
@@ -484,6 +488,10 @@ def plan_benchmark(args, result):
             except Exception as err:
                 row["status"] = _status(err)
         steps.append((f"{key} {B}x{T}x{H}", step, None))
+    for name in parts:
+        if name in EXTENSION_PARTS:
+            result[name] = []
+            steps += EXTENSION_PARTS[name](args, result)
     return steps + compile_steps
 
 
@@ -539,9 +547,10 @@ def _spread(values):
 
 def summarize_processes(results):
     """Medians over processes. results: a list of bench results (one --out each) or of a combined file's
-    "processes" entries (a failed child's finished rows count; one that wrote nothing is passed over). Returns {"ratios": [...], "times": [...]}:
-    one record per (part, shape, pair of LIKE_PAIRS) — FLA/ours for fwd_ms and bwd_ms, ours/FLA for peak_mib —
-    and per (impl, shape, part of TIME_PARTS), each with median, min, max, count and the values in order."""
+    "processes" entries (a failed child's finished rows count; one that wrote nothing is passed over).
+    Returns {"ratios": [...], "times": [...]}: one record per (part, shape, pair of LIKE_PAIRS) — FLA/ours for
+    fwd_ms and bwd_ms, ours/FLA for peak_mib — and per (impl, shape, part of TIME_PARTS), each with median, min,
+    max, count and the values in order, and "rows": "forward" (the operator) or the EXTENSION_PARTS name."""
     if not isinstance(results, (list, tuple)):
         raise ValueError(f"results must be a list of bench results or of \"processes\" entries, "
                          f"got {type(results).__name__}")
@@ -553,8 +562,8 @@ def summarize_processes(results):
         if not isinstance(run, dict) or "forward" not in run:
             raise ValueError(f"results[{i}] must be a bench result (with \"forward\" rows) or a \"processes\" "
                              f"entry, got a {type(run).__name__} without \"forward\"")
-        rows = {(r["impl"], r["B"], r["T"], r["H"], r["K"], r["V"]): r
-                for r in run["forward"] if r.get("status") == "ok"}
+        rows = {(r["impl"], key, r["B"], r["T"], r["H"], r["K"], r["V"]): r
+                for key in ("forward", *EXTENSION_PARTS) for r in run.get(key, []) if r.get("status") == "ok"}
         for (impl, *shape), row in rows.items():
             for part in TIME_PARTS:
                 if row.get(part) is not None:
@@ -568,10 +577,11 @@ def summarize_processes(results):
                     num, den = (b, a) if ratio == "fla/ours" else (a, b)
                     if num.get(part) is not None and den.get(part):
                         ratios.setdefault((part, *shape, pair), []).append(num[part] / den[part])
-    return {"ratios": [{"part": part, **dict(zip("BTHKV", shape)), "pair": pair, "ours": LIKE_PAIRS[pair][0],
+    fields = ("rows", *"BTHKV")
+    return {"ratios": [{"part": part, **dict(zip(fields, shape)), "pair": pair, "ours": LIKE_PAIRS[pair][0],
                         "fla": LIKE_PAIRS[pair][1], "ratio": dict(RATIO_PARTS)[part], **_spread(v)}
                        for (part, *shape, pair), v in ratios.items()],
-            "times": [{"impl": impl, **dict(zip("BTHKV", shape)), "part": part, **_spread(v)}
+            "times": [{"impl": impl, **dict(zip(fields, shape)), "part": part, **_spread(v)}
                       for (impl, *shape, part), v in times.items()]}
 
 
@@ -659,13 +669,15 @@ def format_tables(result):
     if c:
         lines.append(f"ceilings: copy {c['copy_bytes_per_s'] / 1e12:.3f} TB/s (read + write), "
                      f"{c['matmul_dtype']} matmul {c['matmul_flops_per_s'] / 1e12:.1f} TFLOP/s")
-    if result["forward"]:
-        lines += ["", f"{'B x T x H':>14} {'impl':>14} {'fwd ms':>9} {'bwd ms':>9} {'fwd+bwd':>9} "
+    for key in ("forward", *EXTENSION_PARTS):
+        if not result.get(key):
+            continue
+        lines += ["", f"{key + ' B x T x H':>22} {'impl':>14} {'fwd ms':>9} {'bwd ms':>9} {'fwd+bwd':>9} "
                       f"{'peak MiB':>9}  status"]
-        for r in result["forward"]:
+        for r in result[key]:
             status = r["status"] if r["status"] != "ok" else ("ok" if r["backward"] == "ok" else
                                                                "backward " + r["backward"])
-            lines.append(f"{r['B']:>4}x{r['T']:>5}x{r['H']:<3} {r['impl']:>14} {_fmt(r.get('fwd_ms')):>9} "
+            lines.append(f"{r['B']:>12}x{r['T']:>5}x{r['H']:<3} {r['impl']:>14} {_fmt(r.get('fwd_ms')):>9} "
                          f"{_fmt(r.get('bwd_ms')):>9} {_fmt(r.get('fwdbwd_ms')):>9} "
                          f"{_fmt(r.get('peak_mib'), '.0f'):>9}  {status}")
     if result["decode"]:
@@ -697,12 +709,14 @@ def format_summary(combined):
     lines += [f"{name:>10}: {e['status']} ({_fmt(e['elapsed_s'], '.0f')} s)" for name, e in entries]
     ratios, times = combined["summary"]["ratios"], combined["summary"]["times"]
     if ratios:
-        lines += ["", f"{'part':>8} {'pair':>9} {'B x T x H':>14} {'ratio':>8} {'median':>7} {'min':>7} {'max':>7}  n"]
-        lines += [f"{r['part']:>8} {r['pair']:>9} {r['B']:>4}x{r['T']:>5}x{r['H']:<3} {r['ratio']:>8} "
+        lines += ["", f"{'rows':>8} {'part':>8} {'pair':>9} {'B x T x H':>14} {'ratio':>8} {'median':>7} {'min':>7} "
+                      f"{'max':>7}  n"]
+        lines += [f"{r['rows']:>8} {r['part']:>8} {r['pair']:>9} {r['B']:>4}x{r['T']:>5}x{r['H']:<3} {r['ratio']:>8} "
                   f"{r['median']:7.3f} {r['min']:7.3f} {r['max']:7.3f}  {r['count']}" for r in ratios]
     if times:
-        lines += ["", f"{'impl':>14} {'B x T x H':>14} {'part':>9} {'median ms':>9} {'min':>9} {'max':>9}  n"]
-        lines += [f"{r['impl']:>14} {r['B']:>4}x{r['T']:>5}x{r['H']:<3} {r['part']:>9} {r['median']:9.3f} "
+        lines += ["", f"{'rows':>8} {'impl':>14} {'B x T x H':>14} {'part':>9} {'median ms':>9} {'min':>9} "
+                      f"{'max':>9}  n"]
+        lines += [f"{r['rows']:>8} {r['impl']:>14} {r['B']:>4}x{r['T']:>5}x{r['H']:<3} {r['part']:>9} {r['median']:9.3f} "
                   f"{r['min']:9.3f} {r['max']:9.3f}  {r['count']}" for r in times]
     return "\n".join(lines)
 
@@ -720,4 +734,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__" and "ipykernel" not in sys.modules:   # a script, not this cell in a notebook
-    sys.exit(main())
+    from gdn2edu.bench import main as package_main    # the imported module: the one later chapters extend
+    sys.exit(package_main())

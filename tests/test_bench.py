@@ -188,3 +188,20 @@ def test_roofline_rejects_bad_rates():
         roofline_time_ms(1e9, 1e6, -1.0, 1e12)
     with pytest.raises(ValueError, match="^nbytes "):
         roofline_time_ms(1e9, -1, 1e12, 1e12)
+
+
+def test_layer_part_is_registered_and_summarised():
+    """Chapter 12 adds the part "layer" to the harness of Chapter 11: its rows (our layer on the CPU, FLA's
+    status) land under result["layer"] and the summary keys them as "layer" rows, apart from the operator's."""
+    from gdn2edu.bench import EXTENSION_PARTS
+    assert "layer" in EXTENSION_PARTS
+    run = run_benchmark(["--device", "cpu", "--dtype", "fp32", "--parts", "layer", "--warmup", "1", "--rep", "3"])
+    rows = {r["impl"]: r for r in run["layer"]}
+    assert sorted(rows) == ["fla", "gdn2edu"] and rows["gdn2edu"]["status"] == "ok"
+    assert rows["fla"]["status"] != "ok" and run["forward"] == []
+    summary = summarize_processes([run, run])
+    assert {(r["rows"], r["impl"], r["part"]) for r in summary["times"]} == {
+        ("layer", "gdn2edu", part) for part in ("fwd_ms", "bwd_ms", "fwdbwd_ms")}
+    assert all(r["count"] == 2 for r in summary["times"])
+    with pytest.raises(ValueError, match="--parts"):
+        run_benchmark(["--device", "cpu", "--parts", "layers"])

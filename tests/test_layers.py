@@ -346,7 +346,7 @@ def test_gpu_layer_check_dry_run(root, tmp_path):
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     out = tmp_path / "layer.json"
-    tool.main(["--cpu", "--reference", "ours", "--check-T", "20", "--check-size", "32,16,2", "--skip-bench",
+    tool.main(["--cpu", "--reference", "ours", "--check-T", "20", "--check-size", "32,16,2",
                "--out", str(out)])
     result = json.loads(out.read_text())
     assert set(result["compare"]) == {f"{c}/{d}" for c in tool.CONFIGS for d in ("bf16", "fp32")}

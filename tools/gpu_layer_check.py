@@ -1,30 +1,29 @@
-"""Chapter 12's layer against FLA's: state_dict compatibility, output and gradient agreement, prefill +
-decoding in 16 bits, and a layer-level forward + backward benchmark; JSON with provenance.
+"""Chapter 12's layer against FLA's: state_dict compatibility, output and gradient agreement, and prefill +
+decoding in 16 bits; JSON with provenance. (The layers' speed is ``python -m gdn2edu.bench --parts layer``.)
 
 1. ``fla.layers.gdn2.GatedDeltaNet2`` (FLA 0.6.0, carried as wheels) is built with a config, its state_dict
    loaded into ``gdn2edu.layers.GatedDeltaNet2`` with strict=True, and both run on the same input: the
    largest absolute error and the relative RMS error of the output and of the input's gradient are recorded
-   (bf16 and fp32), per config (plain, grouped value heads, allow_neg_eigval, safe_gate).
+   (bf16 and fp32), per config (plain, grouped value heads, allow_neg_eigval, safe_gate). FLA 0.6.0's GDN2
+   layer has no safe_gate: its constructor swallows the keyword, so that row compares our bounded gate
+   (modelled on FLA's KDA layer) with FLA's softplus gate, and must differ.
 2. Ours alone: prefill T tokens, then N one-token steps through a GDN2Cache, against the full forward (bf16).
-3. Forward + backward of both layers at (B, T, hidden) = (8, 2048, 2048), 16 heads of 128, bf16, in one
-   process, timed by ``gdn2edu.bench.measure_ms`` (triton.testing.do_bench, median).
 
-    python tools/gpu_layer_check.py --out results/h200_layer.json [--commit SHA] [--skip-bench]
+    python tools/gpu_layer_check.py --out results/h200_layer.json [--commit SHA] [--dtypes bf16,fp32]
 
 ``--reference ours`` replaces FLA's layer by ours on PyTorch kernels (no FLA needed): a dry run of the
-plumbing, which the CPU test suite uses. Not run on a GPU yet (see Chapter 12).
+plumbing, which the CPU test suite uses.
 """
 
 import argparse
-import importlib
 import json
 import sys
-import types
 from pathlib import Path
 
 import torch
 
-from gdn2edu.bench import measure_ms, provenance
+from gdn2edu.bench import provenance
+from gdn2edu.layer_bench import fla_layer_class
 from gdn2edu.layers import GDN2Cache, GatedDeltaNet2
 
 CONFIGS = {
@@ -33,28 +32,16 @@ CONFIGS = {
     "allow_neg_eigval": dict(allow_neg_eigval=True),
     "safe_gate": dict(safe_gate=True, gate_lower_bound=-5.0),
 }
-BENCH_SIZE = dict(B=8, T=2048, hidden_size=2048, head_dim=128, num_heads=16)
 
 
 def reference_layer(kind, **kwargs):
     """FLA's layer (kind "fla") or ours on the PyTorch kernels (kind "ours", a dry run without FLA)."""
     if kind == "ours":
         return GatedDeltaNet2(**kwargs, backend="torch")
-    return _fla_layer_class()(**kwargs)
-
-
-def _fla_layer_class():
-    """fla.layers.gdn2.GatedDeltaNet2; where importing fla.layers fails (it imports every layer, some of which
-    need transformers), the gdn2 module alone, under an empty fla.layers package."""
-    try:
-        from fla.layers.gdn2 import GatedDeltaNet2 as FLAGatedDeltaNet2
-    except ImportError:
-        import fla
-        package = types.ModuleType("fla.layers")
-        package.__path__ = [str(Path(fla.__file__).parent / "layers")]
-        sys.modules["fla.layers"] = package
-        FLAGatedDeltaNet2 = importlib.import_module("fla.layers.gdn2").GatedDeltaNet2
-    return FLAGatedDeltaNet2
+    layer_class = fla_layer_class()
+    if isinstance(layer_class, str):
+        raise SystemExit(f"FLA's layer: {layer_class}")
+    return layer_class(**kwargs)
 
 
 def errors(got, want):
@@ -91,27 +78,12 @@ def prefill_decode(layer, x, T):
     return errors(torch.cat(outs, 1), full)
 
 
-def bench(layer, x):
-    """Median ms of forward and of forward + backward (gradient onto x and every parameter)."""
-    xi = x.detach().clone().requires_grad_()
-    do = torch.randn_like(x)
-
-    def fwd():
-        with torch.no_grad():
-            return layer(x)[0]
-
-    def fwdbwd():
-        layer.zero_grad(set_to_none=True)
-        layer(xi)[0].backward(do)
-    return {"fwd_ms": measure_ms(fwd), "fwdbwd_ms": measure_ms(fwdbwd)}
-
-
 def run(args, device, result, save):
     """Fill ``result`` section by section, calling ``save()`` after each case (a cut call keeps what ran)."""
     dtypes = {name: {"bf16": torch.bfloat16, "fp32": torch.float32}[name] for name in args.dtypes.split(",")}
     hidden, head_dim, heads = args.check_size
     check = dict(hidden_size=hidden, head_dim=head_dim, num_heads=heads)
-    result.update({"check_size": check, "reference": args.reference, "compare": {}, "decode": {}, "bench": None})
+    result.update({"check_size": check, "reference": args.reference, "compare": {}, "decode": {}})
     for name, config in CONFIGS.items():
         config = dict(config)
         if "grouped" in config:
@@ -131,18 +103,6 @@ def run(args, device, result, save):
         result["decode"][dname] = prefill_decode(ours, x, args.check_T)
         print("decode", dname, result["decode"][dname], flush=True)
         save()
-    if not args.skip_bench:
-        size = dict(BENCH_SIZE)
-        B, T = size.pop("B"), size.pop("T")
-        x = torch.randn(B, T, size["hidden_size"], device=device, dtype=torch.bfloat16)
-        result["bench"] = {"size": BENCH_SIZE, "dtype": "bf16"}
-        for label, kind in (("gdn2edu", None), ("reference", args.reference)):
-            torch.manual_seed(0)
-            layer = (GatedDeltaNet2(**size) if kind is None else reference_layer(kind, **size))
-            result["bench"][label] = bench(layer.to(device, torch.bfloat16).train(), x)
-            print("bench", label, result["bench"][label], flush=True)
-            save()
-            del layer
 
 
 def build_parser():
@@ -154,7 +114,6 @@ def build_parser():
     p.add_argument("--check-size", type=lambda t: tuple(int(n) for n in t.split(",")), default=(512, 128, 4),
                    help="hidden_size,head_dim,num_heads of the agreement checks")
     p.add_argument("--dtypes", default="bf16,fp32", help="input types of the checks: bf16, fp32 or both")
-    p.add_argument("--skip-bench", action="store_true")
     p.add_argument("--cpu", action="store_true", help="run on the CPU (with --reference ours: a dry run)")
     return p
 
