@@ -94,3 +94,13 @@ def test_float64_is_refused_with_the_oracles_named():
     with pytest.raises(ValueError, match="q must be float32, bfloat16 or float16.*recurrent_gdn2"):
         chunk_gdn2(*x)
 
+
+
+def test_matrix_case_numbers():
+    """--cases of the GPU matrix: numbers and ranges as the run prints them, anything else refused by name."""
+    import argparse
+    assert matrix.case_numbers("14-16,3") == [3, 14, 15, 16]
+    assert matrix.case_numbers(str(len(matrix.CASES))) == [len(matrix.CASES)]
+    for bad in ("0", f"1-{len(matrix.CASES) + 1}", "a", "3-"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            matrix.case_numbers(bad)

@@ -140,6 +140,20 @@ def judge(got, want):
     return verdict
 
 
+def case_numbers(text):
+    """--cases: "14-22" or "1,3,5-7" -> sorted case numbers in 1..len(CASES); argparse.ArgumentTypeError if not."""
+    numbers = set()
+    try:
+        for part in text.split(","):
+            first, dash, last = part.partition("-")
+            numbers.update(range(int(first), int(last if dash else first) + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers and ranges such as 14-22 or 1,3,5, got {text!r}")
+    if not numbers or min(numbers) < 1 or max(numbers) > len(CASES):
+        raise argparse.ArgumentTypeError(f"case numbers must lie in 1-{len(CASES)}, got {text!r}")
+    return sorted(numbers)
+
+
 def offsets_past_int32(device):
     """B * T * H = 2^23 tokens-heads at K = V = 128 (bf16): the per-chunk state h has 2^31 elements, so its
     offsets need 64 bits. The last batch row must equal a separate call on that row alone, bit for bit."""
@@ -165,6 +179,9 @@ def main(argv=None):
     p.add_argument("--commit", help="git commit of the code under test (default: git rev-parse HEAD)")
     p.add_argument("--budget", type=float, default=400.0, help="seconds after which no new case starts")
     p.add_argument("--skip-large", action="store_true", help="skip the 2^31-offset case (about 40 GB of memory)")
+    p.add_argument("--cases", type=case_numbers, default=None,
+                   help=f"the cases to run, numbered 1-{len(CASES)} as printed: a list of numbers and ranges "
+                        "such as 14-22 or 1,3,5 (default: all)")
     args = p.parse_args(argv)
     if args.budget <= 0:
         raise ValueError(f"--budget must be positive, got {args.budget}")
@@ -178,13 +195,16 @@ def main(argv=None):
     result = {"provenance": provenance(device, args.commit, argv or sys.argv[1:], "python tools/gpu_test_matrix.py"),
               "tolerance": TOLERANCE, "cases": [], "offsets_past_int32": None}
     start = time.monotonic()
-    for i, case in enumerate(CASES):
+    chosen = args.cases or list(range(1, len(CASES) + 1))
+    result["cases_chosen"] = chosen
+    for n, i in enumerate(number - 1 for number in chosen):
+        case = CASES[i]
         if time.monotonic() - start > args.budget:
-            print(f"budget spent: {len(CASES) - i} cases not run", flush=True)
+            print(f"budget spent: {len(chosen) - n} cases not run", flush=True)
             break
         leaves, adjoints, offsets = case_inputs(case, device)
         want = reference(leaves, adjoints, offsets, case["scale"])
-        row = {**case, "results": {}}
+        row = {**case, "number": i + 1, "results": {}}
         for name, fn in impls.items():
             if name == "fla" and (case["dtype"] not in args.fla_dtype.split(",")
                                   or str(case["K"]) not in args.fla_dim.split(",")):
