@@ -4,6 +4,7 @@
 """GDN2's token recurrence as one fused Triton kernel: the state stays on chip from the first token to the last."""
 
 import contextlib
+import math
 import os
 
 import torch
@@ -14,7 +15,7 @@ if not torch.cuda.is_available():
 import triton
 import triton.language as tl
 
-from gdn2edu.inputs import _check_tensor, compute_dtype, one_token_as_sequence, validate_inputs
+from gdn2edu.inputs import compute_dtype, one_token_as_sequence, validate_inputs
 
 # Triton reads the switch when a kernel is defined; this is its reading of the variable's value
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
@@ -73,9 +74,28 @@ def _fused_recurrent_gdn2_fwd_kernel(q, k, v, g, b, w, o, h0, ht, scale, T,
 L2NORM_EPS = 1e-6            # FLA's use_qk_l2norm_in_kernel: x / sqrt(sum x^2 + 1e-6)
 
 
+def _check_float_tensor(name, x, layout):
+    """x is a floating-point torch.Tensor; else a ValueError naming it (layout: what was expected)."""
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor {layout}, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise ValueError(f"{name} must be a floating-point tensor {layout}, got dtype {x.dtype}")
+
+
+def _check_finite_number(name, value, low, high, expected):
+    """value is a finite int or float (not a bool) in [low, high); else a ValueError naming it."""
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or not low <= value < high):
+        raise ValueError(f"{name} must be {expected}, got {value!r}")
+
+
 def l2_normalize(x, eps=L2NORM_EPS):
-    """x / sqrt(sum(x^2) + eps) over the last dim: FLA's use_qk_l2norm_in_kernel. Computes in float32
-    (float64 for float64 x) and returns x's dtype."""
+    """x / sqrt(sum(x^2) + eps) over the last dim: FLA's use_qk_l2norm_in_kernel. x: [..., D], floating point;
+    eps: a finite number >= 0. Computes in float32 (float64 for float64 x) and returns x's dtype."""
+    _check_float_tensor("x", x, "[..., D]")
+    if x.dim() == 0:
+        raise ValueError("x must have at least one dim [..., D] (it is normalised over the last), got a 0-dim tensor")
+    _check_finite_number("eps", eps, 0, float("inf"), "a finite number >= 0")
     y = x.to(compute_dtype(x))
     return (y * torch.rsqrt(y.square().sum(-1, keepdim=True) + eps)).to(x.dtype)
 
@@ -83,8 +103,22 @@ def l2_normalize(x, eps=L2NORM_EPS):
 def gate_activation(g, A_log, dt_bias=None, lower_bound=None):
     """FLA's use_gate_in_kernel gate from raw logits g [..., H, K], with x = g + dt_bias:
     -exp(A_log) * softplus(x), or lower_bound * sigmoid(exp(A_log) * x) when lower_bound is a number.
-    A_log: [H]; dt_bias: [H * K] or None. Computes and returns float32 (float64 for float64 g)."""
+    A_log: [H]; dt_bias: [H * K] or None, both floating point on g's device; lower_bound: None or a finite
+    number < 0. Computes and returns float32 (float64 for float64 g). Only shapes, dtypes and devices are
+    checked, never values in the tensors, so the checks cost no device synchronisation."""
+    _check_float_tensor("g", g, "[..., H, K]")
+    if g.dim() < 2:
+        raise ValueError(f"g must have at least two dims [..., H, K], got shape {tuple(g.shape)}")
     H, K = g.shape[-2:]
+    for name, x, shape, layout in (("A_log", A_log, (H,), "[H]"), ("dt_bias", dt_bias, (H * K,), "[H * K]")):
+        if x is None and name == "dt_bias":
+            continue
+        _check_float_tensor(name, x, layout)
+        if x.shape != shape or x.device != g.device:
+            raise ValueError(f"{name} must have shape {layout} = {shape} (g is [..., H, K] = {tuple(g.shape)}) on "
+                             f"g's device {g.device}, got {tuple(x.shape)} on {x.device}")
+    if lower_bound is not None:
+        _check_finite_number("lower_bound", lower_bound, -float("inf"), 0, "a finite number < 0 or None")
     dtype = compute_dtype(g)
     x = g.to(dtype)
     if dt_bias is not None:
@@ -111,22 +145,11 @@ def apply_kernel_options(q, k, v, g, b, w, use_qk_l2norm_in_kernel=False, use_ga
                 raise ValueError(f"{name} is read only with use_gate_in_kernel=True, which was not given")
         if not use_qk_l2norm_in_kernel:
             return q, k, v, g, b, w
-    dims = validate_inputs(q, k, v, g, b, w)
+    validate_inputs(q, k, v, g, b, w)
     if use_gate_in_kernel:
         if A_log is None:
             raise ValueError("A_log [H] is required with use_gate_in_kernel=True (g then holds raw logits)")
-        for name, x, shape, layout in (("A_log", A_log, (dims.H,), "[H]"),
-                                       ("dt_bias", dt_bias, (dims.H * dims.K,), "[H * K]")):
-            if x is None:
-                continue
-            _check_tensor(name, x, 1, layout)
-            if x.shape != shape or x.device != g.device:
-                raise ValueError(f"{name} must have shape {layout} = {shape} on g's device {g.device}, "
-                                 f"got {tuple(x.shape)} on {x.device}")
-        if lower_bound is not None and (isinstance(lower_bound, bool) or not isinstance(lower_bound, (int, float))
-                                        or not -float("inf") < lower_bound < 0):
-            raise ValueError(f"lower_bound must be a finite number < 0 or None, got {lower_bound!r}")
-        g = gate_activation(g, A_log, dt_bias, lower_bound)
+        g = gate_activation(g, A_log, dt_bias, lower_bound)            # checks A_log, dt_bias and lower_bound
     if use_qk_l2norm_in_kernel:
         q, k = l2_normalize(q), l2_normalize(k)
     return q, k, v, g, b, w

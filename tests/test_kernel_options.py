@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from conftest import make_inputs
 
-from gdn2edu import chunk_gdn2, fused_recurrent_gdn2
+from gdn2edu import chunk_gdn2, fused_recurrent_gdn2, gate_activation, l2_normalize
 from gdn2edu.layers import GatedDeltaNet2
 
 TOL = 1e-5
@@ -206,3 +206,76 @@ def test_layer_gate_in_the_kernel_equals_the_gate_in_the_layer(backend, dtype, t
     layer._gate_in_kernel = lambda: False
     layer.gate_lower_bound = bound / 2                          # a different gate must show
     assert rel_max(layer.train()(x)[0].detach(), results[1][0]) > 10 * tol
+
+
+# gate_activation and l2_normalize are exported on their own (gdn2edu.gate_activation, gdn2edu.l2_normalize), so
+# they check their arguments themselves; each bad call names the argument at fault.
+G_BAD = [  # (argument named, call on a case's tensors x)
+    ("g", lambda x: gate_activation(x["f"].long(), x["A_log"])),
+    ("g", lambda x: gate_activation(x["f"].tolist(), x["A_log"])),
+    ("g", lambda x: gate_activation(x["f"][0, 0, 0], x["A_log"])),                    # [K]: no head axis
+    ("A_log", lambda x: gate_activation(x["f"], None)),
+    ("A_log", lambda x: gate_activation(x["f"], x["A_log"][:1])),                     # [1], not [H]
+    ("A_log", lambda x: gate_activation(x["f"], x["A_log"][None])),                   # [1, H]
+    ("A_log", lambda x: gate_activation(x["f"], torch.zeros(H, dtype=torch.int64))),
+    ("A_log", lambda x: gate_activation(x["f"], x["A_log"].to("meta"))),              # not on g's device
+    ("dt_bias", lambda x: gate_activation(x["f"], x["A_log"], x["dt_bias"][:K])),      # [K], not [H * K]
+    ("dt_bias", lambda x: gate_activation(x["f"], x["A_log"], x["dt_bias"].view(H, K))),
+    ("dt_bias", lambda x: gate_activation(x["f"], x["A_log"], x["dt_bias"].long())),
+    ("dt_bias", lambda x: gate_activation(x["f"], x["A_log"], x["dt_bias"].to("meta"))),
+    ("lower_bound", lambda x: gate_activation(x["f"], x["A_log"], lower_bound=0.0)),
+    ("lower_bound", lambda x: gate_activation(x["f"], x["A_log"], lower_bound=0.5)),
+    ("lower_bound", lambda x: gate_activation(x["f"], x["A_log"], lower_bound=-float("inf"))),
+    ("lower_bound", lambda x: gate_activation(x["f"], x["A_log"], lower_bound=float("nan"))),
+    ("lower_bound", lambda x: gate_activation(x["f"], x["A_log"], lower_bound=True)),
+    ("lower_bound", lambda x: gate_activation(x["f"], x["A_log"], lower_bound=torch.tensor(-3.0))),
+    ("x", lambda x: l2_normalize(x["q"].long())),
+    ("x", lambda x: l2_normalize(x["q"].numpy())),
+    ("x", lambda x: l2_normalize(torch.tensor(2.0))),                                  # 0-dim: no last axis
+    ("eps", lambda x: l2_normalize(x["q"], eps=-1e-6)),
+    ("eps", lambda x: l2_normalize(x["q"], eps=float("inf"))),
+    ("eps", lambda x: l2_normalize(x["q"], eps="1e-6")),
+]
+
+
+@pytest.mark.parametrize("word, call", G_BAD)
+def test_gate_activation_and_l2_normalize_name_a_bad_argument(word, call):
+    with pytest.raises(ValueError, match=f"^{word} "):
+        call(case(seed=5))
+
+
+@pytest.mark.parametrize("dtype, out", [(torch.bfloat16, torch.float32), (torch.float32, torch.float32),
+                                        (torch.float64, torch.float64)])
+@pytest.mark.parametrize("lower_bound, with_bias", [(None, True), (None, False), (-3.0, True), (-1, False)])
+def test_gate_activation_alone_equals_the_gate_by_hand(dtype, out, lower_bound, with_bias):
+    """Valid calls pass the checks and give FLA's gate in float32 (float64 for float64 logits); an int bound too."""
+    x = case(seed=6)
+    f, A_log, dt_bias = x["f"].to(dtype), x["A_log"].to(dtype), x["dt_bias"].to(dtype) if with_bias else None
+    g = gate_activation(f, A_log, dt_bias, lower_bound)
+    want = gate_by_hand(f.to(out), A_log.to(out), None if dt_bias is None else dt_bias.to(out), lower_bound)
+    assert g.dtype == out and g.shape == f.shape
+    assert rel_max(g, want) < (1e-12 if out == torch.float64 else 1e-6)    # the same formula, one rounding apart
+
+
+def test_l2_normalize_alone_gives_unit_rows_in_the_input_dtype():
+    """Row lengths |x| / sqrt(|x|^2 + 1e-6), just below 1, computed in float64: float32 and float64 results
+    match them to a few units of their rounding (1e-6, 1e-12); a bfloat16 result is rounded once more (each
+    entry off by at most 2^-8 of itself, so the length too; 2^-7 leaves room)."""
+    x = case(seed=7)["q"]
+    length = x.double().norm(dim=-1)
+    want = length / (length.square() + 1e-6).sqrt()
+    for dtype, tol in ((torch.float32, 1e-6), (torch.float64, 1e-12), (torch.bfloat16, 2.0 ** -7)):
+        y = l2_normalize(x.to(dtype))
+        assert y.dtype == dtype and y.shape == x.shape
+        assert (y.double().norm(dim=-1) - want).abs().max() < tol
+
+
+def test_gate_checks_read_no_values():
+    """The checks look at shapes, dtypes and devices only: on the meta device, where a tensor has no values
+    (reading one raises), both functions run and return the right shapes, so no check waits for a GPU."""
+    x = {name: t.to("meta") for name, t in case(seed=8).items()}
+    assert gate_activation(x["f"], x["A_log"], x["dt_bias"], -3.0).shape == x["f"].shape
+    assert gate_activation(x["f"], x["A_log"]).shape == x["f"].shape
+    assert l2_normalize(x["q"]).shape == x["q"].shape
+    with pytest.raises(Exception):
+        bool(x["f"].sum() > 0)                                     # a value read does fail on meta tensors
