@@ -173,3 +173,23 @@ def test_selection_rule_and_slideshow_markers(root):
     assert "The token recurrence" in text                               # a whole marked cell, roles resolved
     assert not RAW_MYST.search(text)
 
+
+def test_chapters_argument_takes_a_number_or_a_file_stem(root, monkeypatch):
+    """`--chapters 2`, `02`, the file stem and its slug name Chapter 2 (each chapter built once); `1` is
+    Chapter 1, not 10 to 12."""
+    slides = load_slides(root)
+    built = []
+    monkeypatch.setenv("PYTHONPATH", str(root))
+    monkeypatch.setattr(slides, "write_chapter", lambda path, *args, **kwargs: built.append(path.stem))
+    monkeypatch.setattr(slides, "write_index", lambda *args: None)
+    assert slides.main(["--chapters", "2", "02", "02_unrolling_one_chunk", "unrolling_one_chunk", "1"]) == 0
+    assert built == ["02_unrolling_one_chunk", "01_token_recurrence"]
+
+
+def test_unknown_chapter_is_an_error_naming_the_argument(root, capsys):
+    slides = load_slides(root)
+    with pytest.raises(SystemExit) as stop:
+        slides.main(["--chapters", "2", "13"])
+    assert stop.value.code == 2
+    error = capsys.readouterr().err
+    assert "argument --chapters: no chapter '13'" in error and "12_gdn2_layer" in error

@@ -1,7 +1,7 @@
 """Build a reveal.js lecture deck per chapter from the chapter sources.
 
     python tools/slides.py                      # every chapter: _build/slides/NN_slug.slides.html
-    python tools/slides.py --chapters 02 03     # only these chapters (by number or file stem)
+    python tools/slides.py --chapters 2 03      # only these chapters (by number, 2 or 02, or file stem)
     python tools/slides.py --jobs 2             # execute two chapters at a time
 
 What goes into a deck is chosen by a rule, so that nobody has to mark up the chapters:
@@ -73,6 +73,17 @@ FIGURE_MIMES = ("image/svg+xml", "image/png")
 def chapter_paths() -> list[Path]:
     """The chapters in _toc.yml order."""
     return [ROOT / f"{doc}.md" for doc in sync.book_settings()["chapters"] if doc.startswith("chapters/")]
+
+
+def chapter_argument(value: str) -> Path:
+    """The chapter a --chapters value names: its number (2 or 02), its file stem or the stem's slug."""
+    chapters = chapter_paths()
+    for path in chapters:
+        number, _, slug = path.stem.partition("_")
+        if value in (path.stem, slug) or (value.isdigit() and number.isdigit() and int(value) == int(number)):
+            return path
+    raise argparse.ArgumentTypeError(
+        f"no chapter {value!r}: give a number (2 or 02) or a file stem, one of {', '.join(p.stem for p in chapters)}")
 
 
 def chapter_name(doc: str, convert: colab_markdown.Converter) -> str:
@@ -524,20 +535,10 @@ def write_chapter(md_path: Path, convert: colab_markdown.Converter, out_dir: Pat
     return target
 
 
-def select(chapters: list[Path], wanted: list[str]) -> list[Path]:
-    if not wanted:
-        return chapters
-    chosen = [p for p in chapters if any(p.stem == w or p.stem.startswith(f"{w}_") or p.stem.startswith(w)
-                                         for w in wanted)]
-    unknown = [w for w in wanted if not any(p.stem.startswith(w) for p in chapters)]
-    if unknown:
-        raise SystemExit(f"no chapter matches {unknown}; chapters: {[p.stem for p in chapters]}")
-    return chosen
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--chapters", nargs="*", default=[], help="chapter numbers or stems (default: all)")
+    parser.add_argument("--chapters", nargs="*", default=[], type=chapter_argument,
+                        help="chapter numbers (2 or 02) or file stems (default: all)")
     parser.add_argument("--out", type=Path, default=OUT_DIR, help="folder for the decks")
     parser.add_argument("--figures", type=Path, default=FIGURE_DIR, help="folder for the standalone figures")
     parser.add_argument("--jobs", type=int, default=1, help="chapters executed at the same time")
@@ -545,7 +546,7 @@ def main(argv=None) -> int:
     parser.add_argument("--cache", type=Path, default=None,
                         help="folder of executed notebooks (default _build/slides/.executed)")
     args = parser.parse_args(argv)
-    chapters = select(chapter_paths(), args.chapters)
+    chapters = list(dict.fromkeys(args.chapters)) or chapter_paths()
     convert = sync.converter(sync.book_settings())
     use_this_checkout()
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
