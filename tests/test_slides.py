@@ -84,16 +84,41 @@ def test_index_links_every_deck(built_slides):
     assert {f"{chapter}.slides.html" for chapter in CHAPTERS} <= links
 
 
+def labelled_equations(path):
+    return re.findall(r"^\$\$ *\(([\w-]+)\)\s*$", path.read_text(), flags=re.M)
+
+
 def test_chapter_with_figures_has_its_figures_and_numbered_equations(root, built_slides):
     chapter = "02_unrolling_one_chunk"
     soup = BeautifulSoup((built_slides / "slides" / f"{chapter}.slides.html").read_text(), "html.parser")
     assert len(soup.select("img.figure")) >= 2
-    labels = re.findall(r"^\$\$ *\(([\w-]+)\)\s*$", (root / "chapters" / f"{chapter}.md").read_text(), flags=re.M)
+    # the book numbers labelled equations through the whole book, in _toc.yml order (Sphinx's numfig, which
+    # Jupyter Book turns on, with no numbered sections): Chapter 2 goes on from where the pages before it end
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    docs = [toc["root"], *(entry["file"] for part in toc["parts"] for entry in part["chapters"])]
+    before = sum(len(labelled_equations(root / f"{doc}.md")) for doc in docs[:docs.index(f"chapters/{chapter}")])
+    count = len(labelled_equations(root / "chapters" / f"{chapter}.md"))
     tags = [int(t) for t in re.findall(r"\\tag\{(\d+)\}", soup.decode())]
-    assert sorted(tags) == list(range(1, len(labels) + 1))          # every labelled equation, once
+    assert before > 0 and sorted(tags) == list(range(before + 1, before + count + 1))   # each, once
     text = visible_text(soup)
-    assert "Definition (The chunk system)" in text                  # the prf:definition box
-    assert "Hatamizadeh et al. 2026" in text                        # a citation, resolved from the bib
+    assert "Definition 2 (The chunk system)" in text                # the prf:definition box, numbered as in the book
+    assert "(Hatamizadeh et al., 2026)" in text                     # a citation, resolved from the bib
+
+
+def test_deck_numbers_equations_and_definitions_as_the_book_does(built_book, built_slides):
+    """A slide shows the number that the built site shows for the same equation or definition."""
+    def words(node):
+        return " ".join(node.get_text().split())
+
+    for chapter in CHAPTERS:
+        book = BeautifulSoup((built_book / "chapters" / f"{chapter}.html").read_text(), "html.parser")
+        deck = BeautifulSoup((built_slides / "slides" / f"{chapter}.slides.html").read_text(), "html.parser")
+        book_numbers = [int(re.search(r"\d+", n.get_text()).group()) for n in book.select(".math .eqno")]
+        deck_numbers = [int(t) for t in re.findall(r"\\tag\{(\d+)\}", deck.decode())]
+        assert sorted(deck_numbers) == sorted(book_numbers), chapter
+        deck_titles = {words(title) for title in deck.select(".box-title")}
+        for title in book.select("div.proof > p.admonition-title"):
+            assert words(title) in deck_titles, (chapter, words(title), deck_titles)
 
 
 def test_every_deck_formula_typesets_in_mathjax(root, built_slides):
@@ -133,9 +158,9 @@ def test_selection_rule_and_slideshow_markers(root):
         nbformat.v4.new_markdown_cell("Whole cell {doc}`01_token_recurrence`.",
                                       metadata={"slideshow": {"slide_type": "subslide"}}),
     ])
-    index = slides.book_index()
-    index.equations["eq-made-up"] = ("chapters/99_made_up", 1)
-    deck, figures = slides.build_deck(root / "chapters" / "99_made_up.md", nb, index)
+    convert = slides.sync.converter(slides.sync.book_settings())
+    convert.equations["eq-made-up"] = ("chapters/99_made_up", 1)
+    deck, figures = slides.build_deck(root / "chapters" / "99_made_up.md", nb, convert)
     soup = BeautifulSoup(deck, "html.parser")
     text = visible_text(soup)
     code = soup.get_text()
@@ -145,5 +170,26 @@ def test_selection_rule_and_slideshow_markers(root):
     assert "HIDDEN" not in text and "SKIPPED" not in text               # folded solutions, skip marker
     assert "y = 1" in code and "x29 = 29" not in code                   # short code in, long code out
     assert "z29 = 29" in code and "w = 2" not in code                   # opted in, opted out
-    assert "Chapter 1 (The token recurrence)" in text                   # a whole marked cell, roles resolved
+    assert "The token recurrence" in text                               # a whole marked cell, roles resolved
     assert not RAW_MYST.search(text)
+
+
+def test_chapters_argument_takes_a_number_or_a_file_stem(root, monkeypatch):
+    """`--chapters 2`, `02`, the file stem and its slug name Chapter 2 (each chapter built once); `1` is
+    Chapter 1, not 10 to 12."""
+    slides = load_slides(root)
+    built = []
+    monkeypatch.setenv("PYTHONPATH", str(root))
+    monkeypatch.setattr(slides, "write_chapter", lambda path, *args, **kwargs: built.append(path.stem))
+    monkeypatch.setattr(slides, "write_index", lambda *args: None)
+    assert slides.main(["--chapters", "2", "02", "02_unrolling_one_chunk", "unrolling_one_chunk", "1"]) == 0
+    assert built == ["02_unrolling_one_chunk", "01_token_recurrence"]
+
+
+def test_unknown_chapter_is_an_error_naming_the_argument(root, capsys):
+    slides = load_slides(root)
+    with pytest.raises(SystemExit) as stop:
+        slides.main(["--chapters", "2", "13"])
+    assert stop.value.code == 2
+    error = capsys.readouterr().err
+    assert "argument --chapters: no chapter '13'" in error and "12_gdn2_layer" in error

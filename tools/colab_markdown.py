@@ -14,11 +14,13 @@ each into what a plain Markdown renderer shows right:
   `name = value` under the cell that computed it (see Chapter 0);
 - an admonition becomes a `<details>` block (folded, as on the site), a proof block a bold heading.
 
-tools/sync.py calls `Converter(...).markdown(doc, text)` on every Markdown cell.
+tools/sync.py calls `Converter(...).markdown(doc, text)` on every Markdown cell; tools/slides.py uses the
+same converter, with the glued values themselves (`Converter.with_glue`), for the text of its decks.
 """
 
 from __future__ import annotations
 
+import copy
 import re
 from pathlib import Path
 
@@ -27,6 +29,7 @@ TARGET = re.compile(r"^\((?P<label>[\w.:-]+)\)=\s*$")
 EQ_LABEL = re.compile(r"^\$\$\s*\((?P<label>[\w.:-]+)\)\s*$")
 FENCE = re.compile(r"^(?P<fence>`{3,}|:{3,})(?P<rest>.*)$")
 HEADING = re.compile(r"^#{1,6}\s+(?P<title>.+?)\s*$")
+DIRECTIVE = re.compile(r"^\{(?P<name>[\w:-]+)\}\s*(?P<arg>.*)$")      # what follows a fence
 # LaTeX accents that appear in references.bib
 ACCENTS = {'\\"u': "ü", '\\"o': "ö", '\\"a': "ä", "\\'e": "é", "\\`e": "è", "\\'a": "á", "\\v{c}": "č"}
 
@@ -81,7 +84,7 @@ def author_year(fields: dict[str, str]) -> tuple[str, str]:
     return who, _plain(fields.get("year", "n.d."))
 
 
-def _split_fenced(lines: list[str], start: int) -> tuple[int, list[str]]:
+def split_fenced(lines: list[str], start: int) -> tuple[int, list[str]]:
     """For a fence opened at lines[start], the index of its closing line and the lines between: the first
     line of the same character, at least as long, with nothing after it (CommonMark's rule; MyST nests
     directives by making the outer fence longer)."""
@@ -94,17 +97,29 @@ def _split_fenced(lines: list[str], start: int) -> tuple[int, list[str]]:
     raise NotebookTextError(f"unclosed fence {lines[start]!r}")
 
 
+def directive_options(body: list[str]) -> tuple[dict[str, str], list[str]]:
+    """A directive body's leading ``:key: value`` options, and the lines after them."""
+    options, i = {}, 0
+    while i < len(body) and re.match(r"^:[\w-]+:", body[i]):
+        key, _, value = body[i][1:].partition(":")
+        options[key] = value.strip()
+        i += 1
+    return options, body[i:]
+
+
 class Converter:
     """Everything the conversion needs to know about the whole book: titles, labels, numbers, citations.
 
     ``docs`` maps each document of the table of contents, in order (e.g. ``"chapters/01_token_recurrence"``),
     to its MyST Markdown text; ``colab`` maps a chapter document to its Colab URL; ``blob`` is the URL prefix
     of the repository's files (for pages that have no notebook); ``macros`` are _config.yml's MathJax macros.
+    A glued number becomes its name in code font, or its text where ``glue`` is set (see with_glue).
     """
 
     def __init__(self, docs: dict[str, str], bib: dict[str, dict[str, str]], macros: dict[str, str],
                  colab: dict[str, str], blob: str):
         self.docs, self.bib, self.colab, self.blob = docs, bib, colab, blob.rstrip("/")
+        self.glue = None
         self.macros = {name: body for name, body in macros.items()}
         for name, body in self.macros.items():
             if not re.fullmatch(r"[A-Za-z]+", name) or "#" in body:
@@ -135,6 +150,16 @@ class Converter:
                                   if x.startswith(":label:")), None)
                     if label:
                         self.proofs[label] = (doc, f"{kind} {counts[kind]}", directive.group(3).strip())
+
+    def with_glue(self, glue) -> Converter:
+        """This converter, writing each glued number as ``glue(name, format_spec)`` instead of its name."""
+        other = copy.copy(self)
+        other.glue = glue
+        return other
+
+    def numbered(self, kind: str, label: str | None) -> str:
+        """'Definition 2': the book's name of the sphinx-proof block of ``kind`` labelled ``label``."""
+        return self.proofs.get(label, (None, kind))[1]
 
     # -- references ---------------------------------------------------------------------------------------
 
@@ -191,7 +216,8 @@ class Converter:
             doc, numbered, title = self.proofs[target]
             return self._link(text or (f"{numbered} ({title})" if title else numbered), doc, here)
         if role.startswith("glue"):
-            return f"`{target.split(':', 1)[0]}`"
+            name, _, spec = target.partition(":")
+            return self.glue(name, spec) if self.glue else f"`{name}`"
         if role == "math":
             return f"${target}$"
         raise NotebookTextError(f"{here}: no plain-Markdown form for the role {{{role}}}")
@@ -245,10 +271,10 @@ class Converter:
                 i += 1
                 continue
             if fence:
-                end, body = _split_fenced(lines, i)
-                directive = re.match(r"\{([\w:-]+)\}\s*(.*)$", fence.group("rest").strip())
+                end, body = split_fenced(lines, i)
+                directive = DIRECTIVE.match(fence.group("rest").strip())
                 if directive:
-                    out.extend(self._directive(directive.group(1), directive.group(2), body, here))
+                    out.extend(self._directive(directive.group("name"), directive.group("arg"), body, here))
                 else:                                   # a plain code block: verbatim
                     out.extend(lines[i:end + 1])
                 i = end + 1
@@ -258,10 +284,7 @@ class Converter:
         return "\n".join(out)
 
     def _directive(self, name: str, argument: str, body: list[str], here: str) -> list[str]:
-        options = {}
-        while body and re.match(r"^:[\w-]+:", body[0]):
-            key, _, value = body.pop(0)[1:].partition(":")
-            options[key] = value.strip()
+        options, body = directive_options(body)
         inner = self.markdown(here, "\n".join(body).strip("\n")).split("\n")
         title = self._inline(argument, here)
         if name == "admonition":
@@ -274,7 +297,7 @@ class Converter:
             kind = name.split(":", 1)[1].capitalize()
             if kind == "Proof":
                 return [f"*Proof.*{' ' + title if title else ''}", "", *inner, "", "$\\blacksquare$"]
-            numbered = self.proofs.get(options.get("label"), (None, kind))[1]
+            numbered = self.numbered(kind, options.get("label"))
             heading = f"**{numbered} ({title}).**" if title else f"**{numbered}.**"
             return [heading, "", *inner]
         raise NotebookTextError(f"{here}: no plain-Markdown form for the directive {{{name}}}")

@@ -1,7 +1,7 @@
 """Build a reveal.js lecture deck per chapter from the chapter sources.
 
     python tools/slides.py                      # every chapter: _build/slides/NN_slug.slides.html
-    python tools/slides.py --chapters 02 03     # only these chapters (by number or file stem)
+    python tools/slides.py --chapters 2 03      # only these chapters (by number, 2 or 02, or file stem)
     python tools/slides.py --jobs 2             # execute two chapters at a time
 
 What goes into a deck is chosen by a rule, so that nobody has to mark up the chapters:
@@ -25,11 +25,11 @@ matplotlib asked for SVG. Each figure is embedded in the deck and also written, 
 ``_build/slides/.executed/`` and reused while the chapter, the package ``gdn2edu/`` and the execution
 settings are unchanged, so a second run costs seconds.
 
-MyST roles are resolved the way the book resolves them: ``{glue:text}`` from the executed notebook's glue
-outputs (with myst-nb's own formatter), ``{cite}`` from ``book/references.bib``, ``{eq}`` to the deck's
-equation numbers, ``{doc}``, ``{ref}`` and ``{prf:ref}`` to titles. Equations are typeset by MathJax 3 with
-the book's macros from ``_config.yml``; reveal.js and MathJax load from a CDN (pinned versions), as the
-book's own pages load MathJax.
+MyST roles go through the converter that writes the .ipynb pairs (tools/colab_markdown.py, set up by
+tools/sync.py), so a deck cites, names and numbers as the book does: equations and definitions carry their
+book-wide numbers. Only ``{glue:text}`` differs: a deck shows the value, from the executed notebook's glue
+outputs with myst-nb's own formatter. Equations are typeset by MathJax 3 with the book's macros from
+``_config.yml``; reveal.js and MathJax load from a CDN (pinned versions), as the book's own pages load MathJax.
 """
 
 from __future__ import annotations
@@ -46,9 +46,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import colab_markdown  # noqa: E402
+import sync  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = sync.ROOT
 OUT_DIR = ROOT / "_build" / "slides"
 FIGURE_DIR = ROOT / "_build" / "figures"
 REVEAL = "https://cdn.jsdelivr.net/npm/reveal.js@5.1.0"
@@ -62,91 +64,34 @@ EQUATIONS_PER_SLIDE = 2
 SETUP_SOURCE = "%config InlineBackend.figure_formats = ['svg']"
 HIDDEN_TAGS = {"remove-cell", "remove-input", "hide-input", "hide-cell", "colab-install"}
 FIGURE_MIMES = ("image/svg+xml", "image/png")
-ROLE = re.compile(r"(?<!`)\{([a-z]+(?::[a-z]+)?)\}`([^`]*)`")
-LABEL_LINE = re.compile(r"^\(([\w-]+)\)=\s*$")
 
 
 # ---------------------------------------------------------------------------------------------------------
-# the book: chapters, titles, labels, bibliography, macros
+# the book: chapters and their names
 
 
 def chapter_paths() -> list[Path]:
     """The chapters in _toc.yml order."""
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    files = [entry["file"] for part in toc["parts"] for entry in part["chapters"]]
-    return [ROOT / f"{name}.md" for name in files if name.startswith("chapters/")]
+    return [ROOT / f"{doc}.md" for doc in sync.book_settings()["chapters"] if doc.startswith("chapters/")]
 
 
-def mathjax_macros() -> dict:
-    config = yaml.safe_load((ROOT / "_config.yml").read_text())
-    return config["sphinx"]["config"]["mathjax3_config"]["tex"]["macros"]
+def chapter_argument(value: str) -> Path:
+    """The chapter a --chapters value names: its number (2 or 02), its file stem or the stem's slug."""
+    chapters = chapter_paths()
+    for path in chapters:
+        number, _, slug = path.stem.partition("_")
+        if value in (path.stem, slug) or (value.isdigit() and number.isdigit() and int(value) == int(number)):
+            return path
+    raise argparse.ArgumentTypeError(
+        f"no chapter {value!r}: give a number (2 or 02) or a file stem, one of {', '.join(p.stem for p in chapters)}")
 
 
-def _title(text: str) -> str:
-    match = re.search(r"^# (.+)$", text, flags=re.M)
-    return match.group(1).strip() if match else ""
-
-
-def _bib_entries() -> dict[str, str]:
-    """key -> "Surname et al. Year" from book/references.bib (a small parser: this bib is ours)."""
-    text = (ROOT / "book" / "references.bib").read_text()
-    cites = {}
-    for entry in re.split(r"\n(?=@)", text):
-        head = re.match(r"@\w+\{([^,]+),", entry.strip())
-        if not head:
-            continue
-        author = re.search(r"author\s*=\s*\{(.*?)\},?\s*\n", entry, flags=re.S)
-        year = re.search(r"year\s*=\s*\{?(\d{4})", entry)
-        names = [a.strip() for a in (author.group(1) if author else "").split(" and ") if a.strip()]
-        first = names[0] if names else head.group(1)
-        first = first.strip("{}").split(",")[0].strip("{} ")
-        first = re.sub(r"\\[\"'`^~]\{?(\w)\}?", r"\1", first).replace("{", "").replace("}", "")
-        surname = first + (" et al." if len(names) > 2 else f" and {names[1].split(',')[0].strip('{} ')}"
-                           if len(names) == 2 else "")
-        cites[head.group(1).strip()] = f"{surname} {year.group(1) if year else ''}".strip()
-    return cites
-
-
-@dataclass
-class BookIndex:
-    """What a role in one chapter may point at, anywhere in the book."""
-
-    titles: dict[str, str] = field(default_factory=dict)        # doc path ("chapters/02_...") -> title
-    equations: dict[str, tuple[str, int]] = field(default_factory=dict)   # label -> (doc, number)
-    prf: dict[str, str] = field(default_factory=dict)           # label -> "Definition (title)"
-    refs: dict[str, str] = field(default_factory=dict)          # (name)= label -> heading text
-    cites: dict[str, str] = field(default_factory=dict)
-
-
-def book_index() -> BookIndex:
-    index = BookIndex(cites=_bib_entries())
-    for path in [*chapter_paths(), ROOT / "book" / "notation.md", ROOT / "book" / "intro.md"]:
-        doc = path.relative_to(ROOT).with_suffix("").as_posix()
-        text = path.read_text()
-        index.titles[doc] = _title(text)
-        number = 0
-        for match in re.finditer(r"^\$\$[^\n]*$.*?^\$\$ *\(([\w-]+)\)\s*$", text, flags=re.M | re.S):
-            number += 1
-            index.equations[match.group(1)] = (doc, number)
-        for match in re.finditer(r"^`{3,}\{prf:(\w+)\} *(.*)\n:label: *([\w-]+)", text, flags=re.M):
-            kind, title, label = match.groups()
-            index.prf[label] = f"{kind.capitalize()} ({title.strip()})" if title.strip() else kind.capitalize()
-        for match in re.finditer(r"^\(([\w-]+)\)=\s*\n#+ (.+)$", text, flags=re.M):
-            index.refs[match.group(1)] = match.group(2).strip()
-    return index
-
-
-def chapter_name(doc: str, index: BookIndex) -> str:
+def chapter_name(doc: str, convert: colab_markdown.Converter) -> str:
     """'Chapter 2 (Unrolling one chunk)' for chapters, the title for other pages."""
     stem = doc.rsplit("/", 1)[-1]
-    title = index.titles.get(doc, stem)
+    title = convert.titles.get(doc, stem)
     number = re.match(r"(\d\d)_", stem)
     return f"Chapter {int(number.group(1))} ({title})" if number else title
-
-
-def resolve_doc(target: str, here: str) -> str:
-    """A {doc} target relative to the page `here` -> a doc path such as 'chapters/02_unrolling_one_chunk'."""
-    return os.path.normpath(Path(here).parent / target).replace(os.sep, "/")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -254,8 +199,9 @@ def split_blocks(text: str) -> list[Block]:
 
     while i < len(lines):
         line = lines[i]
-        fence = re.match(r"^(`{3,}|:{3,})\{([\w:-]+)\} *(.*)$", line)
-        if LABEL_LINE.match(line):
+        fence = colab_markdown.FENCE.match(line)
+        directive = fence and colab_markdown.DIRECTIVE.match(fence.group("rest").strip())
+        if colab_markdown.TARGET.match(line):
             flush()
             i += 1
         elif line.startswith("#"):
@@ -271,34 +217,19 @@ def split_blocks(text: str) -> list[Block]:
                 while i < len(lines) and not lines[i].startswith("$$"):
                     body.append(lines[i])
                     i += 1
-                closing = re.match(r"^\$\$ *(?:\(([\w-]+)\))?\s*$", lines[i]) if i < len(lines) else None
-                label = closing.group(1) if closing else ""
+                closing = colab_markdown.EQ_LABEL.match(lines[i]) if i < len(lines) else None
+                label = closing.group("label") if closing else ""
                 i += 1
             else:
                 body, label = [closing.group(1)], closing.group(2) or ""
             blocks.append(Block("math", "\n".join(body).strip(), label=label or ""))
-        elif fence:
+        elif directive:
             flush()
-            marker, name, arg = fence.groups()
-            i += 1
-            body, options = [], {}
-            while i < len(lines) and re.match(r"^:[\w-]+:", lines[i]):
-                key, _, value = lines[i][1:].partition(":")
-                options[key.strip()] = value.strip()
-                i += 1
-            depth = 1
-            while i < len(lines):
-                if re.match(rf"^{re.escape(marker[0])}{{{len(marker)}}}\{{", lines[i]):
-                    depth += 1
-                elif lines[i].strip() == marker:
-                    depth -= 1
-                    if depth == 0:
-                        break
-                body.append(lines[i])
-                i += 1
-            i += 1
-            blocks.append(Block("directive", "\n".join(body).strip("\n"), name=name, arg=arg.strip(),
-                                options=options))
+            end, body = colab_markdown.split_fenced(lines, i)
+            options, body = colab_markdown.directive_options(body)
+            blocks.append(Block("directive", "\n".join(body).strip("\n"), name=directive.group("name"),
+                                arg=directive.group("arg").strip(), options=options))
+            i = end + 1
         elif re.match(r"^\s*(`{3,}|~{3,})[\w-]*\s*$", line):       # a plain code fence: keep it whole
             marker = re.match(r"^\s*(`{3,}|~{3,})", line).group(1)
             para.append(line)
@@ -320,13 +251,15 @@ def split_blocks(text: str) -> list[Block]:
 
 
 class Renderer:
-    """MyST text of one chapter -> HTML for reveal.js, every role resolved, math left to MathJax."""
+    """MyST text of one chapter -> HTML for reveal.js: roles resolved by the book's converter (as in the
+    .ipynb pairs) but glued numbers shown as values, math left to MathJax."""
 
-    def __init__(self, doc: str, index: BookIndex, glued: dict[str, str]):
+    def __init__(self, doc: str, convert: colab_markdown.Converter, glued: dict[str, str]):
         from markdown_it import MarkdownIt
         from mdit_py_plugins.dollarmath import dollarmath_plugin
 
-        self.doc, self.index, self.glued = doc, index, glued
+        self.doc, self.glued = doc, glued
+        self.convert = convert.with_glue(self.glued_text)
         self.md = MarkdownIt("commonmark", {"html": False}).enable("table")
         self.md.use(dollarmath_plugin, allow_labels=False, double_inline=True)
         self.md.add_render_rule("math_inline", lambda _renderer, tokens, idx, *_: (
@@ -336,57 +269,39 @@ class Renderer:
         self.md.add_render_rule("math_block", lambda _renderer, tokens, idx, *_: (
             '<div class="math">\\[' + html.escape(tokens[idx].content) + "\\]</div>"))
 
-    def role(self, match: re.Match) -> str:
-        name, content = match.groups()
-        if name in ("glue:text", "glue"):
-            key, _, spec = content.rpartition(":") if name == "glue:text" and ":" in content else (content, "", "")
-            value = self.glued.get(key)
-            if value is None:
-                raise KeyError(f"{self.doc}: nothing glued under {key!r}")
-            from myst_nb.core.variables import format_plain_text
-            return format_plain_text(value, spec or "s")
-        if name == "cite":
-            keys = [k.strip() for k in content.split(",")]
-            return "(" + "; ".join(self.index.cites.get(k, k) for k in keys) + ")"
-        if name == "eq":
-            doc, number = self.index.equations.get(content, (None, None))
-            if doc is None:
-                return f"({content})"
-            return f"({number})" if doc == self.doc else f"({number}) of {chapter_name(doc, self.index)}"
-        if name == "doc":
-            explicit = re.match(r"^(.*?)\s*<(.+)>$", content)
-            if explicit:                                # {doc}`text <target>`: the text as written
-                return explicit.group(1)
-            return chapter_name(resolve_doc(content, self.doc), self.index)
-        if name == "prf:ref":
-            return self.index.prf.get(content, content)
-        if name in ("ref", "numref"):
-            explicit = re.match(r"^(.*?)\s*<(.+)>$", content)
-            return explicit.group(1) if explicit else self.index.refs.get(content, content)
-        return content                                  # an unknown role: its text, never the raw syntax
+    def glued_text(self, name: str, spec: str) -> str:
+        """A glued value as the book prints it, with myst-nb's own formatter."""
+        from myst_nb.core.variables import format_plain_text
+
+        if name not in self.glued:
+            raise KeyError(f"{self.doc}: nothing glued under {name!r}")
+        return format_plain_text(self.glued[name], spec or "s")
 
     def inline(self, text: str) -> str:
         """Markdown (one or more paragraphs, lists, tables) -> HTML."""
-        return self.md.render(ROLE.sub(self.role, text))
+        return self.md.render(self.convert.markdown(self.doc, text))
 
-    def math(self, block: Block, number: int | None) -> str:
+    def math(self, block: Block) -> str:
+        """A displayed equation, tagged with its number in the book when it is labelled."""
+        number = self.convert.equations.get(block.label, (None, None))[1]
         tag = f"\\tag{{{number}}}" if number is not None else ""
         return f'<div class="math">\\[{html.escape(block.text)}{tag}\\]</div>'
 
-    def directive(self, block: Block, equation_numbers: dict[str, int]) -> str:
+    def directive(self, block: Block) -> str:
+        """A directive as a titled box; a sphinx-proof block named and numbered as in the book."""
         if block.name.startswith("prf:"):
-            kind = block.name.split(":", 1)[1].capitalize()
-            title = f"{kind} ({self.inline_text(block.arg)})" if block.arg else kind
+            numbered = self.convert.numbered(block.name.split(":", 1)[1].capitalize(), block.options.get("label"))
+            title = f"{numbered} ({self.inline_text(block.arg)})" if block.arg else numbered
         else:
             title = self.inline_text(block.arg) if block.arg else block.name.capitalize()
         body = []
         for inner in split_blocks(block.text):
             if inner.kind == "math":
-                body.append(self.math(inner, equation_numbers.get(inner.label)))
+                body.append(self.math(inner))
             elif inner.kind in ("para", "table"):
                 body.append(self.inline(inner.text))
             elif inner.kind == "directive":
-                body.append(self.directive(inner, equation_numbers))
+                body.append(self.directive(inner))
         return f'<div class="box"><p class="box-title">{title}</p>{"".join(body)}</div>'
 
     def inline_text(self, text: str) -> str:
@@ -459,11 +374,10 @@ def _figure_html(mime: str, data: str, alt: str) -> str:
     return f'<img class="figure" alt="{html.escape(alt)}" src="data:{mime};base64,{encoded}">'
 
 
-def build_deck(md_path: Path, nb, index: BookIndex) -> tuple[str, list[tuple[str, str]]]:
+def build_deck(md_path: Path, nb, convert: colab_markdown.Converter) -> tuple[str, list[tuple[str, str]]]:
     """The deck's HTML and the chapter's figures [(mime, data)], in order."""
     doc = md_path.relative_to(ROOT).with_suffix("").as_posix()
-    render = Renderer(doc, index, glue_values(nb))
-    equation_numbers = {label: number for label, (d, number) in index.equations.items() if d == doc}
+    render = Renderer(doc, convert, glue_values(nb))
     stream = chapter_blocks(nb)
 
     title = next((b.text for b in stream if b.kind == "heading" and b.level == 1), md_path.stem)
@@ -519,8 +433,7 @@ def build_deck(md_path: Path, nb, index: BookIndex) -> tuple[str, list[tuple[str
                 if heavy >= EQUATIONS_PER_SLIDE:
                     close()
                 lead = "" if previous_shown else _last_sentence(previous_para)
-                current.append((render.inline(lead) if lead else "")
-                               + render.math(block, equation_numbers.get(block.label)))
+                current.append((render.inline(lead) if lead else "") + render.math(block))
                 heavy += 1
                 previous_para, previous_shown = "", False
             elif block.kind == "directive":
@@ -528,7 +441,7 @@ def build_deck(md_path: Path, nb, index: BookIndex) -> tuple[str, list[tuple[str
                     continue                                         # folded solutions stay folded
                 if heavy >= EQUATIONS_PER_SLIDE:
                     close()
-                current.append(render.directive(block, equation_numbers))
+                current.append(render.directive(block))
                 heavy += 1
             elif block.kind == "code":
                 cell = block.cell
@@ -550,7 +463,7 @@ def build_deck(md_path: Path, nb, index: BookIndex) -> tuple[str, list[tuple[str
         slides.append("<section>" + "".join(f"<section>{body}</section>" for body in subs) + "</section>")
 
     deck = TEMPLATE.format(title=html.escape(re.sub(r"[`*]", "", title)), reveal=REVEAL, mathjax=MATHJAX,
-                           macros=json.dumps(mathjax_macros()), slides="\n".join(slides))
+                           macros=json.dumps(convert.macros), slides="\n".join(slides))
     return deck, figures
 
 
@@ -600,10 +513,10 @@ Reveal.initialize({{
 """
 
 
-def write_chapter(md_path: Path, index: BookIndex, out_dir: Path, figure_dir: Path, timeout: int, log=print,
-                  cache_dir: Path | None = None):
+def write_chapter(md_path: Path, convert: colab_markdown.Converter, out_dir: Path, figure_dir: Path,
+                  timeout: int, log=print, cache_dir: Path | None = None):
     nb = executed_notebook(md_path, timeout=timeout, log=log, cache_dir=cache_dir)
-    deck, figures = build_deck(md_path, nb, index)
+    deck, figures = build_deck(md_path, nb, convert)
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"{md_path.stem}.slides.html"
     target.write_text(deck)
@@ -622,20 +535,10 @@ def write_chapter(md_path: Path, index: BookIndex, out_dir: Path, figure_dir: Pa
     return target
 
 
-def select(chapters: list[Path], wanted: list[str]) -> list[Path]:
-    if not wanted:
-        return chapters
-    chosen = [p for p in chapters if any(p.stem == w or p.stem.startswith(f"{w}_") or p.stem.startswith(w)
-                                         for w in wanted)]
-    unknown = [w for w in wanted if not any(p.stem.startswith(w) for p in chapters)]
-    if unknown:
-        raise SystemExit(f"no chapter matches {unknown}; chapters: {[p.stem for p in chapters]}")
-    return chosen
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--chapters", nargs="*", default=[], help="chapter numbers or stems (default: all)")
+    parser.add_argument("--chapters", nargs="*", default=[], type=chapter_argument,
+                        help="chapter numbers (2 or 02) or file stems (default: all)")
     parser.add_argument("--out", type=Path, default=OUT_DIR, help="folder for the decks")
     parser.add_argument("--figures", type=Path, default=FIGURE_DIR, help="folder for the standalone figures")
     parser.add_argument("--jobs", type=int, default=1, help="chapters executed at the same time")
@@ -643,17 +546,17 @@ def main(argv=None) -> int:
     parser.add_argument("--cache", type=Path, default=None,
                         help="folder of executed notebooks (default _build/slides/.executed)")
     args = parser.parse_args(argv)
-    chapters = select(chapter_paths(), args.chapters)
-    index = book_index()
+    chapters = list(dict.fromkeys(args.chapters)) or chapter_paths()
+    convert = sync.converter(sync.book_settings())
     use_this_checkout()
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        list(pool.map(lambda p: write_chapter(p, index, args.out, args.figures, args.timeout,
+        list(pool.map(lambda p: write_chapter(p, convert, args.out, args.figures, args.timeout,
                                               cache_dir=args.cache), chapters))
-    write_index(args.out, args.figures, index)
+    write_index(args.out, args.figures, convert)
     return 0
 
 
-def write_index(out_dir: Path, figure_dir: Path, index: BookIndex):
+def write_index(out_dir: Path, figure_dir: Path, convert: colab_markdown.Converter):
     """_build/slides/index.html: every deck built so far, with its chapter's title and figure folder."""
     rows = []
     for md_path in chapter_paths():
@@ -663,7 +566,7 @@ def write_index(out_dir: Path, figure_dir: Path, index: BookIndex):
             figures = figure_dir / md_path.stem
             n_fig = len(list(figures.glob("fig-*"))) if figures.exists() else 0
             link = os.path.relpath(figures, out_dir).replace(os.sep, "/")
-            rows.append(f'<li><a href="{deck.name}">{html.escape(chapter_name(doc, index))}</a>'
+            rows.append(f'<li><a href="{deck.name}">{html.escape(chapter_name(doc, convert))}</a>'
                         f' &middot; <a href="{link}/">{n_fig} figures</a></li>')
     (out_dir / "index.html").write_text(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Lecture decks</title></head>"
