@@ -26,6 +26,7 @@ if not torch.cuda.is_available():
 
 import gdn2edu
 from gdn2edu import chunk_kernels
+from gdn2edu.bench_parts import EXTENSION_PARTS
 from gdn2edu.chunk_kernels import baseline_inputs
 
 # the forward's tile tables, recorded with every run (a bound that depends on them reads them from the run)
@@ -326,9 +327,6 @@ def _run_step(step, seconds):
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 PARTS = ("ceilings", "forward", "decode", "breakdown", "scaling")
-# parts that later chapters add, by name: planner(args, result) -> steps, like plan_benchmark's; each puts its
-# rows, in the "forward" rows' layout, under result[name]. Chapter 12 adds "layer".
-EXTENSION_PARTS = {}
 
 
 def build_parser():
@@ -734,5 +732,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__" and "ipykernel" not in sys.modules:   # a script, not this cell in a notebook
-    from gdn2edu.bench import main as package_main    # the imported module: the one later chapters extend
-    sys.exit(package_main())
+    sys.exit(main())

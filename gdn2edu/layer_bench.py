@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from gdn2edu import bench
+from gdn2edu.bench_parts import EXTENSION_PARTS
 from gdn2edu.layers import GatedDeltaNet2
 
 # the timed layer: (B, T) and constructor arguments; a model-sized one on a GPU, a tiny one on the CPU
@@ -44,6 +44,8 @@ def time_layer(layer, x, warmup=25, rep=100):
     """Median times (ms) of a layer's forward without autograd, of its backward, and of a training step's forward +
     backward (the gradient onto x [B, T, hidden] and every parameter, for a fixed random cotangent), and the
     peak memory of one step (MiB, GPU only): a dict in the layout of the benchmark's "forward" rows."""
+    from gdn2edu import bench          # here, not at the top: importing the package must not run bench
+
     def forward():
         with torch.no_grad():
             return layer(x)[0]
@@ -69,6 +71,7 @@ def plan_layer_benchmark(args, result):
     """The benchmark's part "layer": one step per implementation of LAYER_IMPLEMENTATIONS named in --impls
     (both by default), each timing its layer loaded with the same state_dict (ours, seeded; strict) on the
     same input; rows under result["layer"]."""
+    from gdn2edu import bench
     device, dtype = args.device, bench._DTYPES[args.dtype]
     size = dict(LAYER_BENCH_SIZE if torch.device(device).type == "cuda" else LAYER_BENCH_CPU_SIZE)
     B, T = size.pop("B"), size.pop("T")
@@ -104,4 +107,4 @@ def plan_layer_benchmark(args, result):
     return steps
 
 
-bench.EXTENSION_PARTS["layer"] = plan_layer_benchmark
+EXTENSION_PARTS["layer"] = plan_layer_benchmark

@@ -193,7 +193,7 @@ def test_roofline_rejects_bad_rates():
 def test_layer_part_is_registered_and_summarised():
     """Chapter 12 adds the part "layer" to the harness of Chapter 11: its rows (our layer on the CPU, FLA's
     status) land under result["layer"] and the summary keys them as "layer" rows, apart from the operator's."""
-    from gdn2edu.bench import EXTENSION_PARTS
+    from gdn2edu.bench_parts import EXTENSION_PARTS
     assert "layer" in EXTENSION_PARTS
     run = run_benchmark(["--device", "cpu", "--dtype", "fp32", "--parts", "layer", "--warmup", "1", "--rep", "3"])
     rows = {r["impl"]: r for r in run["layer"]}
