@@ -387,3 +387,18 @@ def test_packed_sequences_take_one_triton_launch_and_match_torch():
         want, got = ours(x3, attention_mask=mask)[0], tri(x3, attention_mask=mask)[0]
     assert (got - want).abs().max() < 1e-4 * want.abs().max() and (got[2] == 0).all()
     assert len(launches) == 2
+
+
+def test_layer_profile_rows(root):
+    """tools/gpu_layer_profile.py's summary of a phase: the total, the book's kernels apart from PyTorch's, the
+    longest kernels first with their shares."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gpu_layer_profile", root / "tools" / "gpu_layer_profile.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    times = {"sm90_gemm_bf16": 3.0, "chunk_gdn2_fwd_intra_kernel": 1.0, "fused_recurrent_gdn2_kernel": 0.5,
+             "elementwise_kernel": 0.5}
+    rows = tool.phase_rows(times, top=2)
+    assert rows["total_ms"] == 5.0 and rows["ours_ms"] == 1.5 and rows["kernel_count"] == 4
+    assert [r["kernel"] for r in rows["kernels"]] == ["sm90_gemm_bf16", "chunk_gdn2_fwd_intra_kernel"]
+    assert rows["kernels"][0]["share"] == 0.6

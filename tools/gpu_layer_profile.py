@@ -1,0 +1,77 @@
+"""Where Chapter 12's layer spends its device time, kernel by kernel: the torch profiler's CUDA kernels of one
+forward without autograd and of one training step (forward + backward onto the input and every parameter) of
+``gdn2edu.layers.GatedDeltaNet2`` at the layer benchmark's size, in bf16; JSON with provenance.
+
+    python tools/gpu_layer_profile.py --out results/h200_layer_profile.json [--commit SHA] [--top 25]
+
+Each kernel row is (name, ms per call, share of the phase's kernel time); "ours" sums the book's Triton kernels
+(names starting chunk_gdn2 or fused_recurrent_gdn2), the rest is PyTorch's (projections, convolutions, norms,
+elementwise work).
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from gdn2edu.bench import kernel_times, provenance
+from gdn2edu.layer_bench import LAYER_BENCH_SIZE
+from gdn2edu.layers import GatedDeltaNet2
+
+OUR_KERNELS = ("chunk_gdn2", "fused_recurrent_gdn2")
+
+
+def phase_rows(times, top):
+    """{kernel: ms} -> the phase's total, the book's kernels' sum and the top kernels with their shares."""
+    total = sum(times.values())
+    ours = sum(ms for name, ms in times.items() if name.startswith(OUR_KERNELS))
+    rows = [{"kernel": name, "ms": ms, "share": ms / total} for name, ms in list(times.items())[:top]]
+    return {"total_ms": total, "ours_ms": ours, "kernels": rows, "kernel_count": len(times)}
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--commit", default=None)
+    p.add_argument("--top", type=int, default=25, help="kernels listed per phase, longest first")
+    args = p.parse_args(argv)
+    if args.top < 1:
+        raise SystemExit(f"--top must be at least 1, got {args.top}")
+    if not torch.cuda.is_available():
+        raise SystemExit("gpu_layer_profile.py profiles CUDA kernels: it needs a GPU")
+    size = dict(LAYER_BENCH_SIZE)
+    B, T = size.pop("B"), size.pop("T")
+    torch.manual_seed(0)
+    layer = GatedDeltaNet2(**size).to("cuda", torch.bfloat16).train()
+    x = torch.randn(B, T, size["hidden_size"], device="cuda", dtype=torch.bfloat16)
+    xi = x.detach().requires_grad_()
+    do = torch.randn_like(x)
+
+    def forward():
+        with torch.no_grad():
+            layer(x)
+
+    def step():
+        layer.zero_grad(set_to_none=True)
+        xi.grad = None
+        layer(xi)[0].backward(do)
+
+    result = {"provenance": provenance(torch.device("cuda"), args.commit, argv, "python tools/gpu_layer_profile.py"),
+              "size": LAYER_BENCH_SIZE, "dtype": "bf16",
+              "forward": phase_rows(kernel_times(forward), args.top),
+              "step": phase_rows(kernel_times(step), args.top)}
+    for phase in ("forward", "step"):
+        r = result[phase]
+        print(f"{phase}: {r['total_ms']:.3f} ms of kernels ({r['kernel_count']} kinds), the book's Triton kernels "
+              f"{r['ours_ms']:.3f} ms", flush=True)
+        for row in r["kernels"]:
+            print(f"  {row['ms']:8.3f} ms {100 * row['share']:5.1f}%  {row['kernel'][:110]}", flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
