@@ -3,6 +3,7 @@ forward without autograd and of one training step (forward + backward onto the i
 ``gdn2edu.layers.GatedDeltaNet2`` at the layer benchmark's size, in bf16; JSON with provenance.
 
     python tools/gpu_layer_profile.py --out results/h200_layer_profile.json [--commit SHA] [--top 25]
+        [--size B,T,hidden,head_dim,heads]   (default: gdn2edu.layer_bench.LAYER_BENCH_SIZE)
 
 Each kernel row is (name, ms per call, share of the phase's kernel time); "ours" sums the book's Triton kernels
 (names starting chunk_gdn2 or fused_recurrent_gdn2), the rest is PyTorch's (projections, convolutions, norms,
@@ -37,12 +38,17 @@ def main(argv=None):
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--commit", default=None)
     p.add_argument("--top", type=int, default=25, help="kernels listed per phase, longest first")
+    p.add_argument("--size", type=lambda t: dict(zip(("B", "T", "hidden_size", "head_dim", "num_heads"),
+                                                   (int(n) for n in t.split(",")))),
+                   default=dict(LAYER_BENCH_SIZE), help="B,T,hidden,head_dim,heads of the profiled layer")
     args = p.parse_args(argv)
     if args.top < 1:
         raise SystemExit(f"--top must be at least 1, got {args.top}")
     if not torch.cuda.is_available():
         raise SystemExit("gpu_layer_profile.py profiles CUDA kernels: it needs a GPU")
-    size = dict(LAYER_BENCH_SIZE)
+    if len(args.size) != 5 or min(args.size.values()) < 1:
+        raise SystemExit(f"--size must be five positive ints B,T,hidden,head_dim,heads, got {args.size}")
+    size = dict(args.size)
     B, T = size.pop("B"), size.pop("T")
     torch.manual_seed(0)
     layer = GatedDeltaNet2(**size).to("cuda", torch.bfloat16).train()
@@ -60,7 +66,7 @@ def main(argv=None):
         layer(xi)[0].backward(do)
 
     result = {"provenance": provenance(torch.device("cuda"), args.commit, argv, "python tools/gpu_layer_profile.py"),
-              "size": LAYER_BENCH_SIZE, "dtype": "bf16",
+              "size": args.size, "dtype": "bf16",
               "forward": phase_rows(kernel_times(forward), args.top),
               "step": phase_rows(kernel_times(step), args.top)}
     for phase in ("forward", "step"):
