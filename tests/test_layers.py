@@ -265,7 +265,13 @@ def test_lm_shapes_errors_and_cached_decoding():
         prefix, cache = lm(ids[:, :10], use_cache=True)
         steps = [lm(ids[:, t:t + 1], past_key_values=cache, use_cache=True)[0] for t in range(10, 15)]
     assert (torch.cat([prefix, *steps], 1) - logits).abs().max() < 1e-12
-    assert len(cache) == 2 and lm.embed.weight is lm.embed.weight  # tied head: the embedding matrix
+    assert len(cache) == 2
+    # tied head: the embedding is the only parameter with a vocabulary axis, and the logits are its products
+    assert [name for name, p in lm.named_parameters() if 20 in p.shape] == ["embed.weight"]
+    with torch.no_grad():
+        lm.embed.weight[3] += 1.0                        # moves token 3's logit at every position, not others'
+        moved = (lm(ids)[0] - logits).abs().amax(dim=(0, 1))
+    assert moved[3] > 1e-3 and moved[3] > 10 * moved[torch.arange(20) != 3].min()
     with pytest.raises(ValueError, match="input_ids"):
         lm(ids.double())
     with pytest.raises(ValueError, match="input_ids"):
