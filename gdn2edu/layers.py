@@ -16,6 +16,7 @@ from gdn2edu.family import family_gates
 from gdn2edu.fused_recurrent import apply_kernel_options, fused_recurrent_gdn2, gate_activation
 from gdn2edu.inputs import compute_dtype
 from gdn2edu.recurrence import recurrent_gdn2
+from gdn2edu.short_conv import _check_conv_inputs, short_conv_triton
 
 LAYER_MEMBERS = ("gdn2", "kda", "gated_deltanet", "deltanet")
 LAYER_MODES = ("chunk", "fused_recurrent")
@@ -34,16 +35,17 @@ class ShortConvolution(nn.Conv1d):
     def __init__(self, hidden_size, kernel_size, bias=False):
         super().__init__(hidden_size, hidden_size, kernel_size, groups=hidden_size, bias=bias)
 
-    def forward(self, x, state=None):
-        """x: [B, T, D]; state: [B, D, W - 1], the previous W - 1 inputs, or None (zeros).
+    def forward(self, x, state=None, use_triton=False):
+        """x: [B, T, D]; state: [B, D, W - 1], the previous W - 1 inputs, or None (zeros); use_triton: the
+        kernels above (the layer's choice, _uses_triton), else PyTorch's conv1d on [B, D, T].
         Returns (y [B, T, D], new state [B, D, W - 1]: the last W - 1 inputs, cached ones included)."""
+        if use_triton:
+            return short_conv_triton(x, self.weight, self.bias, state)
+        _check_conv_inputs(x, self.weight, state)
         W = self.kernel_size[0]
         xt = x.transpose(1, 2)
         if state is None:
             state = xt.new_zeros(xt.shape[0], xt.shape[1], W - 1)
-        elif state.shape != (xt.shape[0], xt.shape[1], W - 1):
-            raise ValueError(f"state must have shape [B, D, W - 1] = {(xt.shape[0], xt.shape[1], W - 1)}, "
-                             f"got {tuple(state.shape)}")
         full = torch.cat([state.to(xt.dtype), xt], dim=-1)
         y = F.conv1d(full, self.weight, self.bias, groups=self.groups)
         return F.silu(y).transpose(1, 2), full[..., full.shape[-1] - (W - 1):]
@@ -227,9 +229,10 @@ def _prepare(self, q, k, v, g, b, w, conv_state):
     q and k are not yet of unit length: the kernel normalises them (_kernel_options)."""
     if self.use_short_conv:
         cq, ck, cv = conv_state if conv_state is not None else (None, None, None)
-        q, cq = self.q_conv1d(q, cq)
-        k, ck = self.k_conv1d(k, ck)
-        v, cv = self.v_conv1d(v, cv)
+        triton = self._uses_triton(q.device)
+        q, cq = self.q_conv1d(q, cq, triton)
+        k, ck = self.k_conv1d(k, ck, triton)
+        v, cv = self.v_conv1d(v, cv, triton)
         conv_state = (cq, ck, cv)
     else:
         q, k, v = F.silu(q), F.silu(k), F.silu(v)

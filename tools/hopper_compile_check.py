@@ -28,6 +28,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from gdn2edu import chunk_backward_kernels as cb  # noqa: E402
 from gdn2edu import chunk_kernels as ck  # noqa: E402
 from gdn2edu import fused_recurrent as fr  # noqa: E402
+from gdn2edu import short_conv as sc  # noqa: E402
 
 # the GPUs a reader meets: the H100/H200 (sm_90), Colab's A100 (sm_80) and L4 (sm_89), each with the
 # shared memory one block may use (CUDA's "shared memory per block, opt-in")
@@ -38,6 +39,8 @@ H = 16
 # the backward's 16-bit tensors with bf16 inputs: the inputs, their gradients and the stored intermediates
 BWD_BF16 = ("q", "k", "v", "b", "w", "do", "QG", "AE", "KG", "dR", "dh", "R", "P", "h", "dA", "dAqk",
             "dv", "dw", "dq", "dk", "db")
+# the short convolution's 16-bit tensors in a bf16 layer (its partial sums dw, db stay float32)
+CONV_BF16 = ("x", "weight", "bias", "state", "y", "dy", "dx", "dstate")
 
 
 def signature(kernel, bf16=()):
@@ -60,9 +63,10 @@ def signature(kernel, bf16=()):
 def launches(K, V):
     """(kernel, constexprs, num_warps, num_stages, bf16 pointers) as the host code launches them at
     K = V = 128: float32 inputs, and for the scans and the backward also bf16 inputs with their 16-bit
-    intermediates."""
+    intermediates; the layer's short convolution (D = H * K, W = 4) at K = 128 only."""
     intra, wy, scan, out = ck.INTRA_TILES, ck.WY_TILES, ck.SCAN_TILES, ck.OUTPUT_TILES
     bscan, blocal, binputs = cb.BWD_SCAN_TILES, cb.BWD_LOCAL_TILES, cb.BWD_INPUTS_TILES
+    conv = sc.CONV_TILES
     # both scans' value blocks; "auto" picks at most 64, which is what it picks without a GPU: the largest tiles
     scan_bv, fscan_bv = (ck._scan_value_block(t["BV"], 1, H, V, torch.device("cpu")) for t in (bscan, scan))
     fused_bv = min(V, max(8, 2048 // K))
@@ -92,6 +96,10 @@ def launches(K, V):
              binputs["num_warps"], binputs["num_stages"], pointers) for mode in (1, 2)))),
         (fr._fused_recurrent_gdn2_fwd_kernel, dict(H=H, K=K, V=V, BK=K, BV=fused_bv, USE_INITIAL_STATE=True,
                                                    STORE_FINAL_STATE=True), 1, 1, ()),
+        *((kernel, dict(D=H * K, W=4, BT=conv["BT"], BD=conv["BD"], HAS_BIAS=True, HAS_STATE=True, **flags),
+           conv["num_warps"], 1, pointers)
+          for kernel, flags in ((sc.short_conv_fwd_kernel, {}), (sc.short_conv_bwd_kernel, dict(STATE_GRAD=True)))
+          for pointers in ((), CONV_BF16) if K == 128),     # its tiles do not depend on K: compile it once
     ]
 
 
