@@ -27,9 +27,11 @@ if not torch.cuda.is_available():
 import gdn2edu
 from gdn2edu import chunk_kernels
 from gdn2edu.bench_parts import EXTENSION_PARTS
+from gdn2edu.chunk_backward_kernels import BACKWARD_TILE_TABLES
 from gdn2edu.chunk_kernels import baseline_inputs
 
-# the forward's tile tables, recorded with every run (a bound that depends on them reads them from the run)
+# the forward's tile tables, recorded with every run beside the backward's BACKWARD_TILE_TABLES (a bound that
+# depends on them reads them from the run)
 FORWARD_TILE_TABLES = ("INTRA_TILES", "WY_TILES", "SCAN_TILES", "OUTPUT_TILES")
 
 
@@ -131,11 +133,12 @@ FORWARD_KERNELS = {"intra": "chunk_gdn2_fwd_intra_kernel", "wy": "chunk_gdn2_fwd
                    "scan": "chunk_gdn2_fwd_scan_kernel", "output": "chunk_gdn2_fwd_output_kernel"}
 
 
-def forward_breakdown(q, k, v, g, b, w, repeats=20):
-    """Per-kernel device time (ms) of one chunk_gdn2 forward of these inputs (shapes as chunk_gdn2 takes them):
-    {"intra", "wy", "scan", "output", "other"} (other: all else the profiler saw, e.g. copies). CUDA only."""
-    times = kernel_times(lambda: gdn2edu.chunk_gdn2(q, k, v, g, b, w), repeats)
-    row = {short: sum(ms for name, ms in times.items() if full in name) for short, full in FORWARD_KERNELS.items()}
+def kernel_split(fn, kernels, repeats=20):
+    """Per-kernel device time (ms) of one call of fn: for each short name of ``kernels`` ({short: kernel name}),
+    the time of the kernels whose name contains it, and "other" (all else the profiler saw, e.g. copies).
+    CUDA only."""
+    times = kernel_times(fn, repeats)
+    row = {short: sum(ms for name, ms in times.items() if full in name) for short, full in kernels.items()}
     row["other"] = sum(times.values()) - sum(row.values())
     return row
 
@@ -154,6 +157,21 @@ def measure_ceilings(device, warmup=25, rep=100):
     return {"copy_bytes_per_s": 2 * numel * 4 / (copy_ms / 1e3), "copy_mib": numel * 4 / 2**20,
             "matmul_flops_per_s": 2 * n**3 / (matmul_ms / 1e3), "matmul_size": n,
             "matmul_dtype": str(dtype).replace("torch.", "")}
+
+
+# short names of the backward's kernels: the three forward kernels its recomputation re-runs, then its own three
+BACKWARD_KERNELS = {"intra": "chunk_gdn2_fwd_intra_kernel", "wy": "chunk_gdn2_fwd_wy_kernel",
+                    "fwd_scan": "chunk_gdn2_fwd_scan_kernel", "bwd_scan": "chunk_gdn2_bwd_scan_kernel",
+                    "local": "chunk_gdn2_bwd_local_kernel", "inputs": "chunk_gdn2_bwd_inputs_kernel"}
+
+
+def backward_call(q, k, v, g, b, w):
+    """chunk_gdn2's backward alone, as a function of no arguments: the gradients onto q, k, g, b [B, T, H, K]
+    and v, w [B, T, H, V] for one random cotangent of o, on the graph of one forward kept between calls."""
+    leaves = [x.detach().requires_grad_() for x in (q, k, v, g, b, w)]
+    o = gdn2edu.chunk_gdn2(*leaves)[0]
+    do = torch.randn_like(o)
+    return lambda: torch.autograd.grad(o, leaves, do, retain_graph=True)
 
 
 def _fla_ops():
@@ -252,8 +270,41 @@ def decode_implementation(name, device):
     raise ValueError(f"decode implementation must be gdn2edu, fla or torch, got {name!r}")
 
 
+# ReWY's thresholds on the relative L2 error against float64: 0.8% ordinary, 2% for the gate gradients; in the
+# order check_chunk compares them (its outputs and gradients)
+CHECK_THRESHOLDS = {"o": 8e-3, "ht": 8e-3, "dq": 8e-3, "dk": 8e-3, "dv": 8e-3, "dg": 2e-2, "db": 2e-2,
+                    "dw": 2e-2, "dh0": 8e-3}
+
+
+def check_chunk(inputs, seed=1):
+    """chunk_gdn2 on inputs (q, k, v, g, b, w as baseline_inputs gives them: q, k, g, b [B, T, H, K], v, w
+    [B, T, H, V]) with a random initial state [B, H, K, V], against float64 autograd through chunk_gdn2_explicit(..., backward="rewy")
+    on the same rounded inputs: o, the final state ht and the gradients of <o, do> + <ht, dht> onto the inputs and
+    the initial state (dq ... dw, dh0). Returns {"rel_l2": {name: error}, "thresholds", "finite", "passed"}."""
+    q, v = inputs[0], inputs[2]
+    (B, T, H, K), V = q.shape, v.shape[-1]
+    gen = torch.Generator(device=q.device).manual_seed(seed)
+    S0 = 0.1 * torch.randn(B, H, K, V, device=q.device, generator=gen)
+    do = torch.randn(B, T, H, V, device=q.device, generator=gen).to(q.dtype)
+    dht = torch.randn(B, H, K, V, device=q.device, generator=gen)
+
+    def outputs_and_grads(fn, tensors):
+        leaves = [x.detach().clone().requires_grad_() for x in tensors]
+        o, ht = fn(*leaves[:6], initial_state=leaves[6], output_final_state=True)
+        return (o, ht, *torch.autograd.grad([o, ht], leaves, [do.to(o.dtype), dht.to(ht.dtype)]))
+
+    ours = outputs_and_grads(gdn2edu.chunk_gdn2, (*inputs, S0))
+    ref = outputs_and_grads(functools.partial(gdn2edu.chunk_gdn2_explicit, backward="rewy"),
+                            [x.double() for x in (*inputs, S0)])
+    rel_l2 = {name: ((x.double() - r).norm() / r.norm()).item() for name, x, r in zip(CHECK_THRESHOLDS, ours, ref)}
+    finite = all(bool(torch.isfinite(x).all()) for x in ours)
+    return {"rel_l2": rel_l2, "thresholds": dict(CHECK_THRESHOLDS), "finite": finite,
+            "passed": finite and all(rel_l2[name] < limit for name, limit in CHECK_THRESHOLDS.items())}
+
+
 STANDARD_SHAPES = ((1, 8192, 16), (4, 2048, 16), (8, 1024, 16), (2, 8192, 16))   # (B, T, H), K = V = 128
 CPU_SHAPES = ((1, 256, 2),)                                                        # with K = V = 64
+CHECK_SHAPES = STANDARD_SHAPES[:2]                                                 # the GPU's checks
 
 
 def parse_shapes(text):
@@ -326,25 +377,28 @@ def _run_step(step, seconds):
 
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-PARTS = ("ceilings", "forward", "decode", "breakdown", "scaling")
+PARTS = ("checks", "ceilings", "forward", "decode", "breakdown", "backward_breakdown", "scaling")
 
 
 def build_parser():
     """The command line of ``python -m gdn2edu.bench``."""
     p = argparse.ArgumentParser(
         prog="python -m gdn2edu.bench",
-        description="Time GDN2's chunked forward/backward, decode steps and per-kernel breakdown on this device; "
-                    "write a table to stdout and, with --out, a JSON file with the provenance.")
+        description="Check GDN2's chunked forward/backward against float64 and time it, the decode steps and the "
+                    "per-kernel breakdowns on this device; write a table to stdout and, with --out, a JSON file "
+                    "with the provenance. Exit status 1 when a check did not pass.")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--shapes", help="comma-separated BxTxH (default: 1x8192x16,4x2048x16,8x1024x16,2x8192x16 "
-                                    "on a GPU, 1x256x2 on the CPU)")
+                                    "on a GPU, the first two for the checks; 1x256x2 on the CPU)")
     p.add_argument("--K", type=int, help="key head dim (default 128 on a GPU, 64 on the CPU)")
     p.add_argument("--V", type=int, help="value head dim (default as K)")
     p.add_argument("--dtype", default="bf16", choices=sorted(_DTYPES))
     p.add_argument("--impls", help="chunked implementations to time, in this order, from "
                                    f"{','.join(IMPLEMENTATIONS)} (default: all on a GPU; no torch_compile on the CPU)")
-    p.add_argument("--parts", default=",".join(PARTS), help="what to measure (default: %(default)s; also "
-                                                            f"{','.join(EXTENSION_PARTS) or 'none'})")
+    p.add_argument("--parts", help=f"what to measure, from {','.join(PARTS)} and "
+                                   f"{','.join(EXTENSION_PARTS) or 'none'} (default: {','.join(PARTS)} on a GPU; "
+                                   "on the CPU all but checks, which run our kernels in Triton's interpreter, "
+                                   "seconds per shape, where no Triton kernel is timed)")
     p.add_argument("--decode-batches", default=None, help="batch sizes of the decode step (default 1,64,256; CPU 1)")
     p.add_argument("--decode-impls", default="gdn2edu,fla,torch", help="decode steps to time (default: %(default)s)")
     p.add_argument("--scaling-tokens", type=int, default=16384, help="B*T held fixed in the T sweep")
@@ -402,7 +456,8 @@ def plan_benchmark(args, result):
     shapes = parse_shapes(args.shapes) if args.shapes is not None else (STANDARD_SHAPES if gpu else CPU_SHAPES)
     impls = _choices(args.impls or ",".join(x for x in IMPLEMENTATIONS if gpu or x != "torch_compile"),
                      IMPLEMENTATIONS, "--impls")
-    parts = _choices(args.parts, PARTS + tuple(EXTENSION_PARTS), "--parts")
+    parts = _choices(args.parts or ",".join(x for x in PARTS if gpu or x != "checks"), PARTS + tuple(EXTENSION_PARTS),
+                     "--parts")
     batches = _int_list(args.decode_batches or ("1,64,256" if gpu else "1"))
     decoders = _choices(args.decode_impls, ("gdn2edu", "fla", "torch"), "--decode-impls")
     scaling_T = _int_list(args.scaling_T)
@@ -410,7 +465,8 @@ def plan_benchmark(args, result):
         raise ValueError(f"every --scaling-T must divide --scaling-tokens {args.scaling_tokens}, got {scaling_T}")
     result["settings"] = {"device": device, "dtype": args.dtype, "K": K, "V": V, "shapes": shapes, "impls": impls,
                           "parts": parts, "warmup_ms": args.warmup, "rep_ms": args.rep, "budget_s": args.budget,
-                          "tiles": {name: dict(getattr(chunk_kernels, name)) for name in FORWARD_TILE_TABLES}}
+                          "tiles": {**{name: dict(getattr(chunk_kernels, name)) for name in FORWARD_TILE_TABLES},
+                                    **{name: dict(table) for name, table in BACKWARD_TILE_TABLES.items()}}}
     cache = {}
 
     def inputs(B, T, H):
@@ -420,6 +476,20 @@ def plan_benchmark(args, result):
         return cache[(B, T, H)]
 
     steps, compile_steps = [], []          # torch.compile steps go last: their compiles may eat the budget
+    for B, T, H in (shapes if args.shapes is not None or not gpu else CHECK_SHAPES) if "checks" in parts else ():
+        def step(B=B, T=T, H=H):             # first: what follows times the code checked here
+            row = {"B": B, "T": T, "H": H, "K": K, "V": V, "dtype": args.dtype, "passed": None,
+                   "status": "interrupted: did not finish in its time limit"}      # until it finishes
+            result["checks"].append(row)
+            if not gpu and dtype == torch.bfloat16:
+                row.update(passed=None, status="needs a GPU (the Triton interpreter's bf16 products are wrong; "
+                                                "fp16 and fp32 check here)")
+                return
+            try:
+                row.update(check_chunk(inputs(B, T, H)), status="ok")
+            except Exception as err:          # out of memory, a kernel that fails: a check that did not pass
+                row.update(passed=False, status=_status(err))
+        steps.append((f"checks {B}x{T}x{H}", step, None))
     if "ceilings" in parts:
         steps.append(("ceilings", lambda: result.update(ceilings=measure_ceilings(device, args.warmup, args.rep)),
                       None))
@@ -466,8 +536,8 @@ def plan_benchmark(args, result):
                     row["status"] = _status(err)
             steps.append((f"decode B={batch} {name}", step, None))
     kernel_rows = []
-    if "breakdown" in parts:
-        kernel_rows += [("breakdown", shape) for shape in shapes]
+    for key in ("breakdown", "backward_breakdown"):
+        kernel_rows += [(key, shape) for shape in shapes if key in parts]
     if "scaling" in parts:
         H = shapes[0][2]
         kernel_rows += [("scaling_T", (args.scaling_tokens // T, T, H)) for T in scaling_T]
@@ -476,13 +546,15 @@ def plan_benchmark(args, result):
         def step(key=key, B=B, T=T, H=H):
             row = {"B": B, "T": T, "H": H, "K": K, "V": V}
             result[key].append(row)
+            backward = key == "backward_breakdown"
             if not gpu:
-                row["status"] = "needs a GPU (per-kernel times of the Triton forward)"
+                row["status"] = f"needs a GPU (per-kernel times of the Triton {'backward' if backward else 'forward'})"
                 return
             try:
                 x = inputs(B, T, H)
-                row["kernels_ms"] = forward_breakdown(*x)
-                row.update(ms=measure_ms(lambda: gdn2edu.chunk_gdn2(*x), args.warmup, args.rep), status="ok")
+                call = backward_call(*x) if backward else lambda: gdn2edu.chunk_gdn2(*x)
+                row["kernels_ms"] = kernel_split(call, BACKWARD_KERNELS if backward else FORWARD_KERNELS)
+                row.update(ms=measure_ms(call, args.warmup, args.rep), status="ok")
             except Exception as err:
                 row["status"] = _status(err)
         steps.append((f"{key} {B}x{T}x{H}", step, None))
@@ -505,8 +577,9 @@ def run_benchmark(argv=None):
     if args.processes > 1 or args.warmup_process:
         return run_processes(args, argv)
     start = time.monotonic()
-    result = {"provenance": provenance(args.device, args.commit, argv), "ceilings": None, "forward": [],
-              "decode": [], "breakdown": [], "scaling_T": [], "scaling_BH": [], "skipped": []}
+    result = {"provenance": provenance(args.device, args.commit, argv), "checks": [], "ceilings": None,
+              "forward": [], "decode": [], "breakdown": [], "backward_breakdown": [], "scaling_T": [],
+              "scaling_BH": [], "skipped": []}
     steps = plan_benchmark(args, result)
 
     def save():
@@ -663,6 +736,13 @@ def format_tables(result):
     """The result of run_benchmark (or its JSON) as plain-text tables."""
     prov, lines = result["provenance"], []
     lines.append(_provenance_line(prov))
+    if result.get("checks"):
+        lines += ["", f"{'checks B x T x H':>22} {'dtype':>5} " + " ".join(f"{name:>7}" for name in CHECK_THRESHOLDS)
+                  + "  passed"]
+        for r in result["checks"]:
+            errors = " ".join(f"{r['rel_l2'][name]:7.1e}" for name in CHECK_THRESHOLDS) if "rel_l2" in r else ""
+            lines.append(f"{r['B']:>12}x{r['T']:>5}x{r['H']:<3} {r['dtype']:>5} {errors}  {r['passed']}"
+                         + ("" if r["status"] == "ok" else f" ({r['status']})"))
     c = result.get("ceilings")
     if c:
         lines.append(f"ceilings: copy {c['copy_bytes_per_s'] / 1e12:.3f} TB/s (read + write), "
@@ -682,16 +762,17 @@ def format_tables(result):
         lines += ["", f"{'decode B':>14} {'impl':>14} {'ms':>9}  status"]
         for r in result["decode"]:
             lines.append(f"{r['B']:>14} {r['impl']:>14} {_fmt(r.get('ms'), '.4f'):>9}  {r['status']}")
-    for key in ("breakdown", "scaling_T", "scaling_BH"):
-        if result[key]:
-            lines += ["", f"{key + ' B x T x H':>22} " + " ".join(f"{k:>8}" for k in (*FORWARD_KERNELS, "other"))
+    for key, kernels in (("breakdown", FORWARD_KERNELS), ("backward_breakdown", BACKWARD_KERNELS),
+                         ("scaling_T", FORWARD_KERNELS), ("scaling_BH", FORWARD_KERNELS)):
+        if result.get(key):                                # runs recorded before a part existed lack it
+            lines += ["", f"{key + ' B x T x H':>28} " + " ".join(f"{k:>8}" for k in (*kernels, "other"))
                       + f" {'total ms':>9}"]
             for r in result[key]:
                 shape = f"{r['B']:>6}x{r['T']:>6}x{r['H']:<3}"
                 if r.get("status") != "ok":
-                    lines.append(f"{shape:>22} {r.get('status')}")
+                    lines.append(f"{shape:>28} {r.get('status')}")
                     continue
-                lines.append(f"{shape:>22} " + " ".join(f"{ms:8.3f}" for ms in r["kernels_ms"].values())
+                lines.append(f"{shape:>28} " + " ".join(f"{ms:8.3f}" for ms in r["kernels_ms"].values())
                              + f" {r['ms']:9.3f}")
     if result["skipped"]:
         lines += ["", "not measured, or interrupted (budget or time limit spent): " + "; ".join(result["skipped"])]
@@ -704,7 +785,10 @@ def format_summary(combined):
     warm = combined["warmup_process"]
     entries = ([("warm-up", warm)] if warm else []) + [(f"process {i + 1}", e)
                                                        for i, e in enumerate(combined["processes"])]
-    lines += [f"{name:>10}: {e['status']} ({_fmt(e['elapsed_s'], '.0f')} s)" for name, e in entries]
+    for name, e in entries:
+        checks = (e["result"] or {}).get("checks", [])
+        lines.append(f"{name:>10}: {e['status']} ({_fmt(e['elapsed_s'], '.0f')} s)" + (
+            f", checks passed {sum(r['passed'] for r in checks)} of {len(checks)}" if checks else ""))
     ratios, times = combined["summary"]["ratios"], combined["summary"]["times"]
     if ratios:
         lines += ["", f"{'rows':>8} {'part':>8} {'pair':>9} {'B x T x H':>14} {'ratio':>8} {'median':>7} {'min':>7} "
@@ -719,16 +803,31 @@ def format_summary(combined):
     return "\n".join(lines)
 
 
+def failed_checks(result):
+    """The "checks" rows that did not pass, in a result of run_benchmark or in any child's of run_processes."""
+    if "processes" in result:
+        runs = [e["result"] for e in (result["warmup_process"], *result["processes"]) if e and e["result"]]
+    else:
+        runs = [result]
+    return [r for run in runs for r in run.get("checks", []) if r["passed"] is False]
+
+
 def main(argv=None):
     """``python -m gdn2edu.bench``: run the benchmark, print the tables (with --processes, the summary's);
-    exit status 0, 1 when --processes ran and no measured child finished, 2 on bad arguments."""
+    exit status 0; 1 when a "checks" row did not pass (here or in any child process, the warm-up's included)
+    or when --processes ran and no measured child finished; 2 on bad arguments."""
     parser = build_parser()
     try:
         result = run_benchmark(argv)
     except ValueError as err:
         parser.error(str(err))
     print(format_summary(result) if "processes" in result else format_tables(result))
-    return 1 if "processes" in result and not any(p["status"] == "ok" for p in result["processes"]) else 0
+    failed = failed_checks(result)
+    for r in failed:
+        print(f"check failed: {r['B']}x{r['T']}x{r['H']} {r['dtype']}: {r['status']}, finite {r.get('finite')}, "
+              f"relative L2 {r.get('rel_l2')} against {r.get('thresholds')}", file=sys.stderr)
+    no_child = "processes" in result and not any(p["status"] == "ok" for p in result["processes"])
+    return 1 if failed or no_child else 0
 
 
 if __name__ == "__main__" and "ipykernel" not in sys.modules:   # a script, not this cell in a notebook

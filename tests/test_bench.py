@@ -1,4 +1,4 @@
-"""The benchmark CLI (python -m gdn2edu.bench), the per-kernel FLOP and byte counts, and Amdahl's law."""
+"""The benchmark CLI (python -m gdn2edu.bench), its checks, the per-kernel FLOP and byte counts, and Amdahl's law."""
 
 import json
 import os
@@ -9,8 +9,9 @@ import time
 
 import pytest
 
-from gdn2edu.bench import (IMPLEMENTATIONS, amdahl_speedup, forward_kernel_costs, parse_shapes, roofline_time_ms,
-                           run_benchmark, summarize_processes)
+from gdn2edu import bench
+from gdn2edu.bench import (CHECK_THRESHOLDS, IMPLEMENTATIONS, amdahl_speedup, forward_kernel_costs, main, parse_shapes,
+                           roofline_time_ms, run_benchmark, summarize_processes)
 
 
 def run_cli(root, *args, timeout=120):
@@ -24,6 +25,8 @@ def test_help(root):
     for option in ("--shapes", "--budget", "--out", "--warmup", "--rep", "--impls", "--commit", "--processes",
                    "--warmup-process", "--process-timeout"):
         assert option in result.stdout
+    unwrapped = "".join(result.stdout.split())                       # argparse breaks lines inside words
+    assert "backward_breakdown" in unwrapped and "CPUallbutchecks" in unwrapped       # the CPU's default parts
 
 
 def test_cpu_run_writes_valid_json(root, tmp_path):
@@ -122,6 +125,42 @@ def test_summary_of_the_recorded_gate_path_runs(root):
     assert max(m for key, m in medians.items() if key[0] == "peak_mib") <= 1.0
     times = {(r["impl"], r["part"], r["B"], r["T"], r["H"]): r for r in summary["times"]}
     assert times[("gdn2edu", "fwd_ms", 2, 8192, 16)]["count"] == 3 and len(times) == 4 * 4 * 3
+
+
+TINY_CHECK = ("--device", "cpu", "--parts", "checks", "--shapes", "1x64x1", "--K", "16", "--dtype", "fp32")
+
+
+def test_checks_pass_near_float32_rounding():
+    """Our kernels in the interpreter, fp32, against float64: every error is within 1e-5, about 170 units of
+    float32 rounding (2^-24 = 6e-8; sums over a 64-token chunk and K = 16 give a few units times their
+    square roots, 2e-7 to 7e-7 here), and 50 times below fp16's (4.9e-4): a stray 16-bit cast or a wrong
+    term would fail it. The summary of processes reads no check row."""
+    run = run_benchmark(TINY_CHECK)
+    (row,) = run["checks"]
+    assert row["status"] == "ok" and row["passed"] is True and row["finite"] is True
+    assert sorted(row["rel_l2"]) == sorted(CHECK_THRESHOLDS) and row["thresholds"] == CHECK_THRESHOLDS
+    assert max(row["rel_l2"].values()) < 1e-5, row["rel_l2"]
+    assert summarize_processes([run, run]) == {"ratios": [], "times": []}
+
+
+def test_a_failed_check_exits_nonzero(monkeypatch, capsys):
+    monkeypatch.setitem(CHECK_THRESHOLDS, "dg", 1e-12)             # below any float32 error
+    assert main(TINY_CHECK) == 1
+    out, err = capsys.readouterr()
+    assert "False" in out and "check failed: 1x64x1 fp32" in err and "'dg': 1e-12" in err
+
+
+def test_cpu_checks_and_backward_breakdown_say_what_they_need():
+    """bf16 is the GPU's to check (the interpreter's bf16 products are wrong): a status row, neither passed nor
+    failed, exit status 0; the backward's per-kernel times need a GPU; the backward's tiles are recorded."""
+    argv = ["--device", "cpu", "--parts", "checks,backward_breakdown", "--shapes", "1x64x1", "--K", "16"]
+    run = run_benchmark(argv)
+    (check,) = run["checks"]
+    assert check["passed"] is None and check["status"].startswith("needs a GPU")
+    (row,) = run["backward_breakdown"]
+    assert row["status"] == "needs a GPU (per-kernel times of the Triton backward)"
+    assert {"BWD_SCAN_TILES", "BWD_LOCAL_TILES", "BWD_INPUTS_TILES", "SCAN_TILES"} <= set(run["settings"]["tiles"])
+    assert main(argv) == 0 and bench.failed_checks(run) == []
 
 
 @pytest.mark.parametrize("shapes", ["1x8192", "0x64x2", "1x64xH", "axbxc", ""])

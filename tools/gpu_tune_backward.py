@@ -1,9 +1,10 @@
 """Time tile settings of the backward's inputs kernel and the forward's WY and intra kernels (which
 the backward re-runs) on a GPU, and the reverse scan at each fixed value block for the standard shapes; write
-the timings with their provenance and the fastest setting of each table to a JSON file (which
-gpu_backward_bench.py --tiles reads, and Chapter 10 shows).
+the timings with their provenance and the fastest setting of each table to a JSON file (Chapter 10 shows
+it; a setting worth keeping goes into Chapter 10's tables, which ``python -m gdn2edu.bench`` then records
+with every run).
 
-    python tools/gpu_tune_backward.py --out tiles.json --budget 150 --commit $(git rev-parse HEAD)
+    python tools/gpu_tune_backward.py --out tiles.json --budget 150
 
 Each setting is timed alone (``triton.testing.do_bench``, median) on the (1, 8192, 16) baseline inputs,
 K = V = 128, bf16; ``--scan-blocks`` adds the reverse scan at value blocks 16, 32 and 64 for every standard
@@ -21,13 +22,10 @@ from pathlib import Path
 import torch
 import triton.testing
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from gdn2edu import chunk_backward_kernels as cb                   # noqa: E402
-from gdn2edu.bench import STANDARD_SHAPES                          # noqa: E402
-from gdn2edu.chunk_backward_kernels import BACKWARD_TILE_TABLES    # noqa: E402
-from gdn2edu.chunk_kernels import _forward_states, _plan, baseline_inputs  # noqa: E402
-from gpu_forward_bench import provenance                           # noqa: E402
+from gdn2edu import chunk_backward_kernels as cb
+from gdn2edu.bench import STANDARD_SHAPES, provenance
+from gdn2edu.chunk_backward_kernels import BACKWARD_TILE_TABLES
+from gdn2edu.chunk_kernels import _forward_states, _plan, baseline_inputs
 
 INPUTS = [dict(BK=128, BV=64, num_warps=8, num_stages=2), dict(BK=128, BV=32, num_warps=8, num_stages=2),
           dict(BK=64, BV=64, num_warps=8, num_stages=2), dict(BK=32, BV=64, num_warps=8, num_stages=2)]
@@ -68,7 +66,7 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--budget", type=float, default=150.0, help="seconds after which no new setting starts")
     parser.add_argument("--tables", default=",".join(SETTINGS), help="which tables to tune")
-    parser.add_argument("--commit", default="unknown", help="git commit of the code being measured")
+    parser.add_argument("--commit", help="git commit of the code being measured (default: git rev-parse HEAD)")
     parser.add_argument("--scan-blocks", action="store_true", help="also time the reverse scan's value blocks")
     args = parser.parse_args(argv)
     names = args.tables.split(",")
@@ -84,7 +82,8 @@ def main(argv=None):
 
     timed_call = {"BWD_INPUTS_TILES": lambda: cb._input_grads(x[0], x[1], x[3], x[4], f, do, P, dh, dA, dAqk, p),
                   "WY_TILES": recompute, "INTRA_TILES": recompute}
-    result = {"provenance": provenance(args.commit), "shape": [1, 8192, 16], "timed": [], "best": {}}
+    result = {"provenance": provenance("cuda", args.commit, sys.argv[1:] if argv is None else argv,
+                                       "python tools/gpu_tune_backward.py"), "shape": [1, 8192, 16], "timed": [], "best": {}}
     if args.scan_blocks:
         result["multiprocessors"] = torch.cuda.get_device_properties(0).multi_processor_count
         result["scan_blocks"] = time_scan_blocks()
