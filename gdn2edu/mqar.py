@@ -3,6 +3,7 @@
 
 """Multi-query associative recall (Zoology's MQAR) with an overwrite variant, and a small training loop."""
 
+import math
 import time
 
 import torch
@@ -60,13 +61,28 @@ def mqar_accuracy(model, inputs, labels):
     return (logits.argmax(-1)[mask] == labels[mask]).float().mean().item()
 
 
-def train_mqar(model, task, steps, batch_size=32, lr=3e-3, weight_decay=0.1, seed=0, eval_batch=256):
-    """Train ``model`` (inputs [B, L] -> (logits, cache)) on mqar_batch(**task) for ``steps`` steps.
+def lr_factor(step, steps, warmup=0, cosine=False):
+    """The learning rate of ``step`` (0-based) as a fraction of the peak: linear warm-up over ``warmup`` steps,
+    then constant, or with ``cosine`` a half cosine from 1 down to 0 at ``steps``."""
+    if step < warmup:
+        return (step + 1) / warmup
+    if not cosine:
+        return 1.0
+    return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+
+
+def train_mqar(model, task, steps, batch_size=32, lr=3e-3, weight_decay=0.1, seed=0, eval_batch=256, warmup=0,
+               cosine=False):
+    """Train ``model`` (inputs [B, L] -> (logits, cache)) on mqar_batch(**task) for ``steps`` steps with AdamW
+    at peak ``lr`` under lr_factor(step, steps, warmup, cosine).
 
     Returns {"loss": [per step], "accuracy": held-out accuracy, "seconds": wall time}."""
+    _check_count("steps", steps, 1, 1 << 30)
+    _check_count("warmup", warmup, 0, steps)
     gen = torch.Generator().manual_seed(seed)
     device = next(model.parameters()).device
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, steps, warmup, cosine))
     losses, start = [], time.perf_counter()
     model.train()
     for _ in range(steps):
@@ -76,6 +92,7 @@ def train_mqar(model, task, steps, batch_size=32, lr=3e-3, weight_decay=0.1, see
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+        schedule.step()
         losses.append(loss.item())
     model.eval()
     held_out = mqar_batch(eval_batch, generator=torch.Generator().manual_seed(seed + 10_000), **task)
