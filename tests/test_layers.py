@@ -9,7 +9,7 @@ import torch
 from gdn2edu import chunk_gdn2, fused_recurrent_gdn2
 from gdn2edu.layers import GDN2Cache, GatedDeltaNet2, ShortConvolution
 from gdn2edu.lm import GDN2LM
-from gdn2edu.mqar import IGNORE, mqar_batch, train_mqar
+from gdn2edu.mqar import IGNORE, lr_factor, mqar_batch, train_mqar
 
 MEMBERS = ("gdn2", "kda", "gated_deltanet", "deltanet")
 
@@ -558,14 +558,40 @@ def test_tiny_training_lowers_the_loss():
     assert 0 <= run["accuracy"] <= 1
 
 
-def test_gpu_experiment_settings_are_valid(root):
-    """tools/gpu_train_mqar.py (run on a GPU only): its tasks generate, its members share one state size."""
+def test_lr_schedule():
+    assert [lr_factor(s, 10) for s in (0, 9)] == [1.0, 1.0]
+    assert [lr_factor(s, 10, warmup=4) for s in range(5)] == [0.25, 0.5, 0.75, 1.0, 1.0]
+    cosine = [lr_factor(s, 10, warmup=2, cosine=True) for s in range(10)]
+    assert cosine[:3] == [0.5, 1.0, 1.0] and all(a > b for a, b in zip(cosine[2:], cosine[3:]))
+    assert cosine[-1] == pytest.approx(0.5 * (1 + math.cos(math.pi * 7 / 8)))
+    model = GDN2LM(vocab_size=16, hidden_size=16, num_layers=1, head_dim=8, num_heads=2, mlp_ratio=2)
+    task = dict(num_pairs=2, num_queries=2, num_keys=8, num_values=8)
+    for kwargs, word in ((dict(steps=0), "steps"), (dict(steps=4, warmup=5), "warmup")):
+        with pytest.raises(ValueError, match=word):
+            train_mqar(model, task, **kwargs)
+
+
+def load_tool(root, name):
     import importlib.util
-    spec = importlib.util.spec_from_file_location("gpu_train_mqar", root / "tools" / "gpu_train_mqar.py")
+    import sys
+    sys.path.insert(0, str(root / "tools"))
+    spec = importlib.util.spec_from_file_location(name, root / "tools" / f"{name}.py")
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
+    return tool
+
+
+def test_gpu_experiment_settings_are_valid(root):
+    """tools/gpu_train_mqar.py (run on a GPU only): its tasks generate, its members share one state size, and
+    its settings are those the CPU pilot chose (results/cpu_mqar_pilot.json)."""
+    tool = load_tool(root, "gpu_train_mqar")
     args = tool.build_parser().parse_args(["--out", "x.json", "--seeds", "0", "1"])
     assert args.seeds == [0, 1] and args.members == list(tool.MEMBERS) and args.tasks == list(tool.TASKS)
+    assert (args.steps, args.batch_size, args.lr, args.warmup, args.cosine) == tuple(tool.TRAINING.values())
+    pilot = json.loads((root / "results" / "cpu_mqar_pilot.json").read_text())
+    chosen = [r for r in pilot["runs"] if r["model"] == tool.MODEL and r["training"] == tool.TRAINING
+              and r["task"] == tool.TASKS[r["task_name"]]]
+    assert {r["task_name"] for r in chosen} == set(tool.TASKS) and all(r["accuracy"] > 0.8 for r in chosen)
     for task in tool.TASKS.values():
         inputs, labels = mqar_batch(2, **task)
         assert inputs.max() < task["num_keys"] + task["num_values"] and (labels != IGNORE).sum() == 2 * task[
@@ -573,6 +599,29 @@ def test_gpu_experiment_settings_are_valid(root):
     sizes = {m: GatedDeltaNet2(hidden_size=tool.MODEL["hidden_size"], head_dim=tool.MODEL["head_dim"],
                                num_heads=tool.MODEL["num_heads"], member=m).state_size() for m in tool.MEMBERS}
     assert len(set(sizes.values())) == 1
+
+
+def test_mqar_pilot_settings_and_chunk_cap(root, monkeypatch):
+    """tools/mqar_pilot.py: its grid overrides gpu_train_mqar's settings (overwrites only where a task has
+    them), and its chunk cap changes the layer's function by float32 rounding only."""
+    pilot = load_tool(root, "mqar_pilot")
+    fixed = pilot.parse_pairs(["num_pairs=6", "overwrites=3", "cosine=true"], many=False)
+    varied = pilot.parse_pairs(["lr=1e-3,1e-2"], many=True)
+    runs = list(pilot.configurations(fixed, varied, list(pilot.TASKS)))
+    assert len(runs) == 2 * len(pilot.TASKS) and {r[3]["lr"] for r in runs} == {1e-3, 1e-2}
+    assert all(task["num_pairs"] == 6 and training["cosine"] is True for _, task, _, training in runs)
+    assert {name: task["overwrites"] for name, task, _, _ in runs} == {
+        name: 3 if pilot.TASKS[name]["overwrites"] else 0 for name in pilot.TASKS}
+    with pytest.raises(ValueError, match="KEY"):
+        pilot.parse_pairs(["pairs=6"], many=False)
+    torch.manual_seed(0)
+    lm = GDN2LM(vocab_size=16, hidden_size=16, num_layers=1, head_dim=8, num_heads=2, member="gdn2")
+    ids = torch.randint(0, 16, (2, 40))
+    with torch.no_grad():
+        full = lm(ids)[0]
+        monkeypatch.setattr("gdn2edu.layers.chunk_gdn2_torch", pilot.capped_chunk(8))
+        capped = lm(ids)[0]
+    assert (capped - full).abs().max() < 1e-5
 
 
 def test_gpu_layer_check_dry_run(root, tmp_path):
