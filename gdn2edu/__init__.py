@@ -21,7 +21,7 @@ from gdn2edu.chunk_backward_kernels import chunk_gdn2_bwd_scan_kernel, chunk_gdn
 from gdn2edu.layers import ShortConvolution, RMSNormGated, GDN2Cache, GatedDeltaNet2
 from gdn2edu.short_conv import short_conv_fwd_kernel, short_conv_bwd_kernel, ShortConvFunction, short_conv_triton
 from gdn2edu.lm import GDN2Block, GDN2LM
-from gdn2edu.mqar import mqar_batch, mqar_accuracy, train_mqar
+from gdn2edu.mqar import mqar_batch, mqar_accuracy, lr_factor, train_mqar
 from gdn2edu.layer_bench import fla_layer_class, time_layer, plan_layer_benchmark
 
 __all__ = [
@@ -96,6 +96,7 @@ __all__ = [
     "GDN2LM",
     "mqar_batch",
     "mqar_accuracy",
+    "lr_factor",
     "train_mqar",
     "fla_layer_class",
     "time_layer",

@@ -3,6 +3,7 @@
 
 """Multi-query associative recall (Zoology's MQAR) with an overwrite variant, and a small training loop."""
 
+import math
 import time
 
 import torch
@@ -32,27 +33,23 @@ def mqar_batch(batch_size, num_pairs, num_queries, num_keys, num_values, overwri
     _check_count("overwrites", overwrites, 0, num_pairs)
     _check_count("num_queries", num_queries, 1, num_pairs)
     gen = generator if generator is not None else torch.Generator().manual_seed(0)
-    L = 2 * (num_pairs + overwrites + num_queries)
-    inputs = torch.empty(batch_size, L, dtype=torch.long)
-    labels = torch.full((batch_size, L), IGNORE, dtype=torch.long)
-    for r in range(batch_size):
-        keys = torch.randperm(num_keys, generator=gen)[:num_pairs]
-        values = torch.randint(num_values, (num_pairs,), generator=gen)
-        which = torch.randperm(num_pairs, generator=gen)[:overwrites]            # indices into keys
-        shift = torch.randint(1, num_values, (overwrites,), generator=gen)
-        latest = values.clone()
-        latest[which] = (values[which] + shift) % num_values                       # never the old value
-        rebound = set(which.tolist())
-        others = torch.tensor([i for i in torch.randperm(num_pairs, generator=gen).tolist()
-                               if i not in rebound], dtype=torch.long)
-        asked = torch.cat([which, others])[:num_queries]
-        asked = asked[torch.randperm(num_queries, generator=gen)]
-        seq = [torch.stack([keys, values + num_keys], 1).flatten(),
-               torch.stack([keys[which], latest[which] + num_keys], 1).flatten(),
-               torch.stack([keys[asked], latest[asked] + num_keys], 1).flatten()]
-        inputs[r] = torch.cat(seq)
-        start = 2 * (num_pairs + overwrites)
-        labels[r, start::2] = latest[asked] + num_keys
+    B, P, O, Q = batch_size, num_pairs, overwrites, num_queries
+
+    def permutations(n):                            # [B, n]: a random permutation of range(n) per row
+        return torch.rand(B, n, generator=gen, dtype=torch.float64).argsort(1)
+
+    keys = permutations(num_keys)[:, :P]                                           # distinct per row
+    values = torch.randint(num_values, (B, P), generator=gen)
+    order = permutations(P)                           # the first O pair indices are re-bound, asked first
+    which = order[:, :O]
+    shift = torch.randint(1, num_values, (B, O), generator=gen)
+    latest = values.scatter(1, which, (values.gather(1, which) + shift) % num_values)   # never the old value
+    asked = order[:, :Q].gather(1, permutations(Q))                 # Q distinct bound keys, shuffled
+    pairs = [(keys, values), (keys.gather(1, which), latest.gather(1, which)),
+             (keys.gather(1, asked), latest.gather(1, asked))]
+    inputs = torch.cat([torch.stack([k, v + num_keys], 2).flatten(1) for k, v in pairs], 1)
+    labels = torch.full_like(inputs, IGNORE)
+    labels[:, 2 * (P + O)::2] = inputs[:, 2 * (P + O) + 1::2]
     return inputs, labels
 
 
@@ -64,13 +61,28 @@ def mqar_accuracy(model, inputs, labels):
     return (logits.argmax(-1)[mask] == labels[mask]).float().mean().item()
 
 
-def train_mqar(model, task, steps, batch_size=32, lr=3e-3, weight_decay=0.1, seed=0, eval_batch=256):
-    """Train ``model`` (inputs [B, L] -> (logits, cache)) on mqar_batch(**task) for ``steps`` steps.
+def lr_factor(step, steps, warmup=0, cosine=False):
+    """The learning rate of ``step`` (0-based) as a fraction of the peak: linear warm-up over ``warmup`` steps,
+    then constant, or with ``cosine`` a half cosine from 1 down to 0 at ``steps``."""
+    if step < warmup:
+        return (step + 1) / warmup
+    if not cosine:
+        return 1.0
+    return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+
+
+def train_mqar(model, task, steps, batch_size=32, lr=3e-3, weight_decay=0.1, seed=0, eval_batch=256, warmup=0,
+               cosine=False):
+    """Train ``model`` (inputs [B, L] -> (logits, cache)) on mqar_batch(**task) for ``steps`` steps with AdamW
+    at peak ``lr`` under lr_factor(step, steps, warmup, cosine).
 
     Returns {"loss": [per step], "accuracy": held-out accuracy, "seconds": wall time}."""
+    _check_count("steps", steps, 1, 1 << 30)
+    _check_count("warmup", warmup, 0, steps)
     gen = torch.Generator().manual_seed(seed)
     device = next(model.parameters()).device
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, steps, warmup, cosine))
     losses, start = [], time.perf_counter()
     model.train()
     for _ in range(steps):
@@ -80,6 +92,7 @@ def train_mqar(model, task, steps, batch_size=32, lr=3e-3, weight_decay=0.1, see
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+        schedule.step()
         losses.append(loss.item())
     model.eval()
     held_out = mqar_batch(eval_batch, generator=torch.Generator().manual_seed(seed + 10_000), **task)
