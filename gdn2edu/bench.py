@@ -788,7 +788,7 @@ def format_summary(combined):
     for name, e in entries:
         checks = (e["result"] or {}).get("checks", [])
         lines.append(f"{name:>10}: {e['status']} ({_fmt(e['elapsed_s'], '.0f')} s)" + (
-            f", checks passed {sum(r['passed'] for r in checks)} of {len(checks)}" if checks else ""))
+            f", checks passed {sum(r['passed'] is True for r in checks)} of {len(checks)}" if checks else ""))
     ratios, times = combined["summary"]["ratios"], combined["summary"]["times"]
     if ratios:
         lines += ["", f"{'rows':>8} {'part':>8} {'pair':>9} {'B x T x H':>14} {'ratio':>8} {'median':>7} {'min':>7} "
@@ -804,12 +804,14 @@ def format_summary(combined):
 
 
 def failed_checks(result):
-    """The "checks" rows that did not pass, in a result of run_benchmark or in any child's of run_processes."""
+    """The "checks" rows that did not pass, in a result of run_benchmark or in any child's of run_processes:
+    failed or interrupted; a row that needs a GPU to run at all is neither passed nor failed."""
     if "processes" in result:
         runs = [e["result"] for e in (result["warmup_process"], *result["processes"]) if e and e["result"]]
     else:
         runs = [result]
-    return [r for run in runs for r in run.get("checks", []) if r["passed"] is False]
+    return [r for run in runs for r in run.get("checks", [])
+            if r["passed"] is not True and not r["status"].startswith("needs a GPU")]
 
 
 def main(argv=None):

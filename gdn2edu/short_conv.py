@@ -65,8 +65,10 @@ def _grad_pre_activation(x, weight, bias, state, dy, i_b, t, o_d, T, D: tl.const
 @triton.jit(do_not_specialize=["T"])
 def short_conv_fwd_kernel(x, weight, bias, state, y, T, D: tl.constexpr, W: tl.constexpr, BT: tl.constexpr,
                           BD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_STATE: tl.constexpr):
-    """Program (i_t, i_d, i_b): y = silu(z) on rows i_t * BT + [0, BT) and channels i_d * BD + [0, BD)."""
-    i_t, i_d, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    """Program (i_b * cdiv(T, BT) + i_t, i_d): y = silu(z) on rows i_t * BT + [0, BT) and channels
+    i_d * BD + [0, BD) of sequence i_b (batch and row blocks share the first grid axis, which has no 65535 cap)."""
+    i_b, i_t = tl.program_id(0) // tl.cdiv(T, BT), tl.program_id(0) % tl.cdiv(T, BT)
+    i_d = tl.program_id(1)
     t = i_t * BT + tl.arange(0, BT)
     o_d = i_d * BD + tl.arange(0, BD)
     b_z = _pre_activation(x, weight, bias, state, i_b, t, o_d, T, D, W, BT, BD, HAS_BIAS, HAS_STATE)
@@ -78,15 +80,16 @@ def short_conv_fwd_kernel(x, weight, bias, state, y, T, D: tl.constexpr, W: tl.c
 def short_conv_bwd_kernel(x, weight, bias, state, dy, dx, dstate, dw, db, T, D: tl.constexpr, W: tl.constexpr,
                           BT: tl.constexpr, BD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_STATE: tl.constexpr,
                           STATE_GRAD: tl.constexpr):
-    """Program (i_t, i_d, i_b) owns input rows s = i_t * BT - (W - 1) + [0, BT) (s < 0: the state's) and
-    channels o_d: d xbar[s] = sum_j weight[:, j] * dz[s + W - 1 - j], stored to dx (and dstate with
-    STATE_GRAD); and the partial sums of its output rows t = s: dw[p, j] = sum_t dz[t] * xbar[t + j] and
-    db[p] = sum_t dz[t], with p = i_b * programs along T + i_t."""
-    i_t, i_d, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    """Program (p = i_b * cdiv(T + W - 1, BT) + i_t, i_d) owns input rows s = i_t * BT - (W - 1) + [0, BT)
+    (s < 0: the state's) of sequence i_b and channels o_d: d xbar[s] = sum_j weight[:, j] * dz[s + W - 1 - j],
+    stored to dx (and dstate with STATE_GRAD); and the partial sums of its output rows t = s:
+    dw[p, j] = sum_t dz[t] * xbar[t + j] and db[p] = sum_t dz[t]."""
+    blocks = tl.cdiv(T + W - 1, BT)
+    i_b, i_t, i_d = tl.program_id(0) // blocks, tl.program_id(0) % blocks, tl.program_id(1)
     s = i_t * BT - (W - 1) + tl.arange(0, BT)
     o_d = i_d * BD + tl.arange(0, BD)
     m_d = o_d < D
-    p = i_b.to(tl.int64) * tl.num_programs(0) + i_t
+    p = tl.program_id(0).to(tl.int64)
     b_dz = _grad_pre_activation(x, weight, bias, state, dy, i_b, s, o_d, T, D, W, BT, BD, HAS_BIAS, HAS_STATE)
     if HAS_BIAS:
         tl.store(db + p * D + o_d, tl.sum(b_dz, axis=0), mask=m_d)
@@ -105,11 +108,12 @@ def short_conv_bwd_kernel(x, weight, bias, state, dy, dx, dstate, dw, db, T, D: 
 
 
 def _grid(x, n_rows):
-    """Tiles and programs for n_rows rows of x [B, T, D]: (BT, BD, (cdiv(n_rows, BT), cdiv(D, BD), B))."""
+    """Tiles and programs for n_rows rows of each sequence of x [B, T, D]:
+    (BT, BD, (B * cdiv(n_rows, BT), cdiv(D, BD)))."""
     B, T, D = x.shape
     BT = min(CONV_TILES["BT"], triton.next_power_of_2(n_rows))
     BD = min(CONV_TILES["BD"], triton.next_power_of_2(D))
-    return BT, BD, (triton.cdiv(n_rows, BT), triton.cdiv(D, BD), B)
+    return BT, BD, (B * triton.cdiv(n_rows, BT), triton.cdiv(D, BD))
 
 
 def _launch(kernel, x, weight, bias, state, n_rows, *tensors, **flags):
@@ -139,7 +143,7 @@ class ShortConvFunction(torch.autograd.Function):
         W = weight.shape[-1]
         state_grad = state is not None and ctx.needs_input_grad[3]
         n_rows = T + W - 1                               # the state's W - 1 rows, then x's
-        blocks = B * _grid(x, n_rows)[2][0]
+        blocks = _grid(x, n_rows)[2][0]
         dx, dstate = torch.empty_like(x), torch.empty_like(state) if state_grad else None
         dw = x.new_empty(blocks, W, D, dtype=torch.float32)
         db = x.new_empty(blocks, D, dtype=torch.float32) if bias is not None else None
@@ -150,9 +154,12 @@ class ShortConvFunction(torch.autograd.Function):
         return dx, dweight, dbias, dstate
 
 
-def _check_conv_inputs(x, weight, state):
-    """ValueErrors naming the argument unless x: [B, T, D] with D = weight's [D, 1, W] and state is None or
-    [B, D, W - 1]."""
+def _check_conv_inputs(x, weight, state, bias=None):
+    """ValueErrors naming the argument unless weight: [D, 1, W], x: [B, T, D], bias None or [D] and state None
+    or [B, D, W - 1], all on x's device."""
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 3 or weight.shape[1] != 1:
+        shape = tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__
+        raise ValueError(f"weight must have shape [D, 1, W], got {shape}")
     D, _, W = weight.shape
     if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != D:
         shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
@@ -160,6 +167,12 @@ def _check_conv_inputs(x, weight, state):
     if state is not None and state.shape != (x.shape[0], D, W - 1):
         raise ValueError(f"state must have shape [B, D, W - 1] = {(x.shape[0], D, W - 1)}, "
                          f"got {tuple(state.shape)}")
+    if bias is not None and (not isinstance(bias, torch.Tensor) or bias.shape != (D,)):
+        shape = tuple(bias.shape) if isinstance(bias, torch.Tensor) else type(bias).__name__
+        raise ValueError(f"bias must be None or have shape [D] = ({D},), got {shape}")
+    for name, t in (("weight", weight), ("bias", bias), ("state", state)):
+        if t is not None and t.device != x.device:
+            raise ValueError(f"{name} must be on x's device {x.device}, got {t.device}")
 
 
 def short_conv_triton(x, weight, bias=None, state=None):
@@ -167,14 +180,17 @@ def short_conv_triton(x, weight, bias=None, state=None):
     weight: [D, 1, W]; bias: [D] or None; state: [B, D, W - 1], the W - 1 inputs before x, or None (zeros).
     Returns (y [B, T, D] in x's dtype, new state [B, D, W - 1] in x's dtype: the last W - 1 inputs, cached
     ones included), differentiable in x, weight, bias and state; accumulates in float32."""
-    _check_conv_inputs(x, weight, state)
+    _check_conv_inputs(x, weight, state, bias)
+    if x.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(f"x must be on a CUDA device for the Triton kernels, got {x.device} (or set "
+                         "TRITON_INTERPRET=1 before importing gdn2edu)")
     if x.numel() == 0:
         raise ValueError(f"x must have B >= 1 and T >= 1 for the Triton kernels, got shape {tuple(x.shape)}")
     _check_kernel_dtypes(dict(x=x, state=state), "ShortConvolution's PyTorch path (use_triton=False)")
     B, T, D = x.shape
     W = weight.shape[-1]
     cached = state if W > 1 else None
-    y = ShortConvFunction.apply(x.contiguous(), weight.contiguous(), bias,
+    y = ShortConvFunction.apply(x.contiguous(), weight.contiguous(), None if bias is None else bias.contiguous(),
                                 None if cached is None else cached.contiguous())
     head = x.new_zeros(B, D, W - 1) if state is None else state.to(x.dtype)
     tail = torch.cat([head, x[:, max(T - (W - 1), 0):].transpose(1, 2)], dim=-1)

@@ -150,6 +150,20 @@ def test_a_failed_check_exits_nonzero(monkeypatch, capsys):
     assert "False" in out and "check failed: 1x64x1 fp32" in err and "'dg': 1e-12" in err
 
 
+def test_an_interrupted_check_fails_and_the_summary_counts_only_passes():
+    """A check cut by its time limit keeps passed None and the "interrupted" status: it is a failure for the
+    exit status; the summary line counts passes as True only (a needs-a-GPU row is None, not a failure)."""
+    interrupted = {"B": 1, "T": 64, "H": 1, "passed": None, "status": "interrupted: did not finish in its time limit"}
+    gpu_only = {**interrupted, "status": "needs a GPU (the Triton interpreter's bf16 products are wrong)"}
+    passed = {**interrupted, "passed": True, "status": "ok"}
+    assert bench.failed_checks({"checks": [interrupted, gpu_only, passed]}) == [interrupted]
+    entry = {"role": "measured", "status": "ok", "elapsed_s": 1.0,
+             "result": {"forward": [], "checks": [interrupted, gpu_only, passed]}}
+    combined = {"provenance": run_benchmark(["--device", "cpu", "--parts", "layer", "--impls", "fla"])["provenance"],
+                "warmup_process": None, "processes": [entry], "summary": {"ratios": [], "times": []}}
+    assert "checks passed 1 of 3" in bench.format_summary(combined)
+
+
 def test_cpu_checks_and_backward_breakdown_say_what_they_need():
     """bf16 is the GPU's to check (the interpreter's bf16 products are wrong): a status row, neither passed nor
     failed, exit status 0; the backward's per-kernel times need a GPU; the backward's tiles are recorded."""

@@ -1,5 +1,6 @@
 """Chapter 12: the FLA-compatible GatedDeltaNet2 layer, its cache, the tiny LM, MQAR and the family."""
 
+import argparse
 import json
 import math
 
@@ -464,3 +465,7 @@ def test_layer_profile_rows(root):
     assert rows["total_ms"] == 5.0 and rows["ours_ms"] == 1.5 and rows["kernel_count"] == 4
     assert [r["kernel"] for r in rows["kernels"]] == ["sm90_gemm_bf16", "chunk_gdn2_fwd_intra_kernel"]
     assert rows["kernels"][0]["share"] == 0.6
+    assert tool.layer_size("8,2048,2048,128,16") == dict(B=8, T=2048, hidden_size=2048, head_dim=128, num_heads=16)
+    for bad in ("1,2,3,4,5,6", "1,2,3,4", "0,1,1,1,1", "a"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            tool.layer_size(bad)

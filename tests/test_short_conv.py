@@ -102,6 +102,29 @@ def test_errors_name_the_argument():
         short_conv_triton(torch.randn(1, 0, 4), conv.weight)
     with pytest.raises(ValueError, match="x must be float32"):
         short_conv_triton(torch.randn(1, 5, 4, dtype=torch.float64), conv.weight)
+    with pytest.raises(ValueError, match="weight must have shape"):
+        short_conv_triton(torch.randn(1, 5, 4), conv.weight[:, 0])
+    with pytest.raises(ValueError, match="bias must be None or have shape"):
+        short_conv_triton(torch.randn(1, 5, 4), conv.weight, torch.zeros(3))
+    with pytest.raises(ValueError, match="bias must be on x's device"):
+        short_conv_triton(torch.randn(1, 5, 4), conv.weight, torch.zeros(4, device="meta"))
+
+
+def test_strided_bias_and_large_batch_grid():
+    """A bias that is a strided view is read as its values, not its storage; and a batch past CUDA's 65535
+    cap on a grid's second and third axes still launches (batch and row blocks share the first axis)."""
+    torch.manual_seed(0)
+    conv = ShortConvolution(8, 3, bias=True)
+    x = torch.randn(2, 9, 8)
+    every_other = torch.randn(16)[::2]
+    with torch.no_grad():
+        conv.bias.copy_(every_other)
+    want, _ = conv(x, None, False)
+    got, _ = short_conv_triton(x, conv.weight, every_other)
+    assert (got - want).abs().max() < 1e-6
+    from gdn2edu.short_conv import _grid
+    BT, BD, grid = _grid(torch.empty(70000, 1, 8, device="meta"), 1)
+    assert len(grid) == 2 and grid[0] == 70000 and grid[1] == 1
 
 
 def test_layer_takes_the_triton_convolution_only_with_triton_kernels(monkeypatch):

@@ -33,22 +33,30 @@ def phase_rows(times, top):
     return {"total_ms": total, "ours_ms": ours, "kernels": rows, "kernel_count": len(times)}
 
 
+def layer_size(text):
+    """--size "B,T,hidden,head_dim,heads" -> the dict of LAYER_BENCH_SIZE's keys; five positive ints, or an error."""
+    try:
+        values = [int(n) for n in text.split(",")]
+    except ValueError:
+        values = []
+    if len(values) != 5 or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected five positive ints B,T,hidden,head_dim,heads, got {text!r}")
+    return dict(zip(("B", "T", "hidden_size", "head_dim", "num_heads"), values))
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--commit", default=None)
     p.add_argument("--top", type=int, default=25, help="kernels listed per phase, longest first")
-    p.add_argument("--size", type=lambda t: dict(zip(("B", "T", "hidden_size", "head_dim", "num_heads"),
-                                                   (int(n) for n in t.split(",")))),
+    p.add_argument("--size", type=layer_size,
                    default=dict(LAYER_BENCH_SIZE), help="B,T,hidden,head_dim,heads of the profiled layer")
     args = p.parse_args(argv)
     if args.top < 1:
         raise SystemExit(f"--top must be at least 1, got {args.top}")
     if not torch.cuda.is_available():
         raise SystemExit("gpu_layer_profile.py profiles CUDA kernels: it needs a GPU")
-    if len(args.size) != 5 or min(args.size.values()) < 1:
-        raise SystemExit(f"--size must be five positive ints B,T,hidden,head_dim,heads, got {args.size}")
     size = dict(args.size)
     B, T = size.pop("B"), size.pop("T")
     torch.manual_seed(0)

@@ -181,7 +181,7 @@ def main(argv=None):
     p.add_argument("--skip-large", action="store_true", help="skip the 2^31-offset case (about 40 GB of memory)")
     p.add_argument("--cases", type=case_numbers, default=None,
                    help=f"the cases to run, numbered 1-{len(CASES)} as printed: a list of numbers and ranges "
-                        "such as 14-22 or 1,3,5 (default: all)")
+                        "such as 14-22 or 1,3,5 (default: all; the 2^31-offset batch runs unless --skip-large)")
     args = p.parse_args(argv)
     if args.budget <= 0:
         raise ValueError(f"--budget must be positive, got {args.budget}")

@@ -11,8 +11,8 @@ what ran, not who wins; Chapter 12 plots it.
         [--warmup 100] [--[no-]cosine] [--budget 360] [--commit SHA] [--dtype bf16]
 
 --budget caps the wall time in seconds: runs that would start after it are skipped and listed as such; seeds
-are the outermost loop, so a cut budget still covers every member. TASKS, MODEL and TRAINING below are the
-one place for the settings; tools/mqar_pilot.py varies them on the CPU.
+are the outermost loop, so every (task, member) runs once before any runs a second seed. TASKS, MODEL and
+TRAINING below are the one place for the settings; tools/mqar_pilot.py varies them on the CPU.
 """
 
 import argparse
@@ -87,7 +87,7 @@ def main(argv=None):
               "tasks": {t: {m: [] for m in args.members} for t in args.tasks}, "skipped": []}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    for seed in args.seeds:                         # seeds outermost: a cut budget still covers every member
+    for seed in args.seeds:                         # seeds outermost: one seed of every run before a second
         for task in args.tasks:
             for member in args.members:
                 if time.perf_counter() - start > args.budget:
