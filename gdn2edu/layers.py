@@ -35,12 +35,13 @@ class ShortConvolution(nn.Conv1d):
     def __init__(self, hidden_size, kernel_size, bias=False):
         super().__init__(hidden_size, hidden_size, kernel_size, groups=hidden_size, bias=bias)
 
-    def forward(self, x, state=None, use_triton=False):
+    def forward(self, x, state=None, use_triton=False, output_final_state=True):
         """x: [B, T, D]; state: [B, D, W - 1], the previous W - 1 inputs, or None (zeros); use_triton: the
         kernels above (the layer's choice, _uses_triton), else PyTorch's conv1d on [B, D, T].
-        Returns (y [B, T, D], new state [B, D, W - 1]: the last W - 1 inputs, cached ones included)."""
+        Returns (y [B, T, D], new state [B, D, W - 1]: the last W - 1 inputs, cached ones included; None
+        unless output_final_state, which spares the Triton path the launches that build it)."""
         if use_triton:
-            return short_conv_triton(x, self.weight, self.bias, state)
+            return short_conv_triton(x, self.weight, self.bias, state, output_final_state)
         _check_conv_inputs(x, self.weight, state)
         W = self.kernel_size[0]
         xt = x.transpose(1, 2)
@@ -48,7 +49,7 @@ class ShortConvolution(nn.Conv1d):
             state = xt.new_zeros(xt.shape[0], xt.shape[1], W - 1)
         full = torch.cat([state.to(xt.dtype), xt], dim=-1)
         y = F.conv1d(full, self.weight, self.bias, groups=self.groups)
-        return F.silu(y).transpose(1, 2), full[..., full.shape[-1] - (W - 1):]
+        return F.silu(y).transpose(1, 2), full[..., full.shape[-1] - (W - 1):] if output_final_state else None
 
 
 class RMSNormGated(nn.Module):
@@ -222,18 +223,18 @@ def _kernel_options(self):
     return options
 
 
-def _prepare(self, q, k, v, g, b, w, conv_state):
+def _prepare(self, q, k, v, g, b, w, conv_state, keep_states=True):
     """Kernel inputs of a batch of sequences of equal length. q, k: [B, T, H*K]; v: [B, T, H_v*V] projected
     inputs; g, b: [B, T, H, K]; w: [B, T, H_v, V]; conv_state: (q, k, v) states or None.
-    Returns ((q, k, v, g, b, w) with q, k, g, b: [B, T, H_v, K] and v, w: [B, T, H_v, V], new conv states);
-    q and k are not yet of unit length: the kernel normalises them (_kernel_options)."""
+    Returns ((q, k, v, g, b, w) with q, k, g, b: [B, T, H_v, K] and v, w: [B, T, H_v, V], new conv states,
+    None unless keep_states); q and k are not yet of unit length: the kernel normalises them (_kernel_options)."""
     if self.use_short_conv:
         cq, ck, cv = conv_state if conv_state is not None else (None, None, None)
         triton = self._uses_triton(q.device)
-        q, cq = self.q_conv1d(q, cq, triton)
-        k, ck = self.k_conv1d(k, ck, triton)
-        v, cv = self.v_conv1d(v, cv, triton)
-        conv_state = (cq, ck, cv)
+        q, cq = self.q_conv1d(q, cq, triton, keep_states)
+        k, ck = self.k_conv1d(k, ck, triton, keep_states)
+        v, cv = self.v_conv1d(v, cv, triton, keep_states)
+        conv_state = (cq, ck, cv) if keep_states else None
     else:
         q, k, v = F.silu(q), F.silu(k), F.silu(v)
     H, K, V, groups = self.num_heads, self.head_k_dim, self.head_v_dim, self.num_v_heads // self.num_heads
@@ -244,12 +245,12 @@ def _prepare(self, q, k, v, g, b, w, conv_state):
     return (q, k, v, g, b.to(v.dtype), w.to(v.dtype)), conv_state      # g stays float32: FLA's convention
 
 
-def _mix(self, q, k, v, g, b, w, conv_state, recurrent_state, mode):
+def _mix(self, q, k, v, g, b, w, conv_state, recurrent_state, mode, keep_states=True):
     """_prepare, then one kernel call with recurrent_state [B, H_v, K, V] or None.
-    Returns (o [B, T, H_v, V], new conv states, new recurrent state)."""
-    inputs, conv_state = self._prepare(q, k, v, g, b, w, conv_state)
+    Returns (o [B, T, H_v, V], new conv states, new recurrent state), the states None unless keep_states."""
+    inputs, conv_state = self._prepare(q, k, v, g, b, w, conv_state, keep_states)
     o, state = self._kernel(mode, q.device, q.shape[1])(*inputs, initial_state=recurrent_state,
-                                                        output_final_state=True, **self._kernel_options())
+                                                        output_final_state=keep_states, **self._kernel_options())
     return o, conv_state, state
 
 
@@ -316,7 +317,7 @@ def _forward(self, hidden_states, attention_mask=None, past_key_values=None, use
     q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
     g, b, w = self._gates(x, raw_decay=self._gate_in_kernel())
     if segments is None:
-        o, conv_state, state = self._mix(q, k, v, g, b, w, conv_state, state, mode)
+        o, conv_state, state = self._mix(q, k, v, g, b, w, conv_state, state, mode, keep_states=bool(use_cache))
     elif mode == "chunk" and self._uses_triton(x.device):
         o, conv_state, state = self._packed_chunk(segments, (q, k, v, g, b, w), conv_state, state, x)
     else:

@@ -175,11 +175,12 @@ def _check_conv_inputs(x, weight, state, bias=None):
             raise ValueError(f"{name} must be on x's device {x.device}, got {t.device}")
 
 
-def short_conv_triton(x, weight, bias=None, state=None):
+def short_conv_triton(x, weight, bias=None, state=None, output_final_state=True):
     """Causal depthwise convolution then SiLU, in Triton. x: [B, T, D] (float32, bfloat16 or float16);
     weight: [D, 1, W]; bias: [D] or None; state: [B, D, W - 1], the W - 1 inputs before x, or None (zeros).
     Returns (y [B, T, D] in x's dtype, new state [B, D, W - 1] in x's dtype: the last W - 1 inputs, cached
-    ones included), differentiable in x, weight, bias and state; accumulates in float32."""
+    ones included; None unless output_final_state), differentiable in x, weight, bias and state; accumulates
+    in float32."""
     _check_conv_inputs(x, weight, state, bias)
     if x.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         raise ValueError(f"x must be on a CUDA device for the Triton kernels, got {x.device} (or set "
@@ -192,6 +193,8 @@ def short_conv_triton(x, weight, bias=None, state=None):
     cached = state if W > 1 else None
     y = ShortConvFunction.apply(x.contiguous(), weight.contiguous(), None if bias is None else bias.contiguous(),
                                 None if cached is None else cached.contiguous())
+    if not output_final_state:
+        return y, None
     head = x.new_zeros(B, D, W - 1) if state is None else state.to(x.dtype)
     tail = torch.cat([head, x[:, max(T - (W - 1), 0):].transpose(1, 2)], dim=-1)
     return y, tail[..., tail.shape[-1] - (W - 1):]

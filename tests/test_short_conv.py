@@ -128,17 +128,23 @@ def test_strided_bias_and_large_batch_grid():
 
 
 def test_layer_takes_the_triton_convolution_only_with_triton_kernels(monkeypatch):
-    """backend "triton" sends the three convolutions to the kernels, "torch" (and "auto" on a CPU) does not."""
+    """backend "triton" sends the three convolutions to the kernels, "torch" (and "auto" on a CPU) does not;
+    the convolutions return their states only when the call keeps a cache."""
     calls = []
     original = ShortConvolution.forward
-    monkeypatch.setattr(ShortConvolution, "forward",
-                        lambda self, x, state=None, use_triton=False: calls.append(use_triton)
-                        or original(self, x, state, use_triton))
+
+    def spy(self, x, state=None, use_triton=False, output_final_state=True):
+        y, new_state = original(self, x, state, use_triton, output_final_state)
+        calls.append((use_triton, new_state is not None))
+        return y, new_state
+    monkeypatch.setattr(ShortConvolution, "forward", spy)
     x = torch.randn(1, 6, 32)
-    for backend, expected in (("triton", True), ("torch", False), ("auto", False)):
-        calls.clear()
-        GatedDeltaNet2(hidden_size=32, head_dim=16, num_heads=2, backend=backend).eval()(x)
-        assert calls == [expected] * 3
+    for backend, triton in (("triton", True), ("torch", False), ("auto", False)):
+        for use_cache in (False, True):
+            calls.clear()
+            layer = GatedDeltaNet2(hidden_size=32, head_dim=16, num_heads=2, backend=backend, layer_idx=0).eval()
+            layer(x, use_cache=use_cache)
+            assert calls == [(triton, use_cache)] * 3
 
 
 def test_triton_layer_decodes_through_its_conv_states_like_torch():
