@@ -348,9 +348,11 @@ def test_lr_schedule():
 
 
 def load_tool(root, name):
+    """tools/NAME.py as a module (tools/ on sys.path once, for the tools' imports of each other)."""
     import importlib.util
     import sys
-    sys.path.insert(0, str(root / "tools"))
+    if str(root / "tools") not in sys.path:
+        sys.path.insert(0, str(root / "tools"))
     spec = importlib.util.spec_from_file_location(name, root / "tools" / f"{name}.py")
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
@@ -404,10 +406,7 @@ def test_gpu_layer_check_dry_run(root, tmp_path):
     """tools/gpu_layer_check.py with our own layer (PyTorch kernels) as the reference, on the CPU: the
     plumbing of the FLA comparison. The same weights give identical outputs and gradients; prefill +
     decoding in float32 agrees to float32 rounding (relative RMS measured ~2e-7)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("gpu_layer_check", root / "tools" / "gpu_layer_check.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = load_tool(root, "gpu_layer_check")
     out = tmp_path / "layer.json"
     tool.main(["--cpu", "--reference", "ours", "--check-T", "20", "--check-size", "32,16,2",
                "--out", str(out)])
@@ -455,10 +454,7 @@ def test_packed_sequences_take_one_triton_launch_and_match_torch():
 def test_layer_profile_rows(root):
     """tools/gpu_layer_profile.py's summary of a phase: the total, the book's kernels apart from PyTorch's, the
     longest kernels first with their shares."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("gpu_layer_profile", root / "tools" / "gpu_layer_profile.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = load_tool(root, "gpu_layer_profile")
     times = {"sm90_gemm_bf16": 3.0, "chunk_gdn2_fwd_intra_kernel": 1.0, "fused_recurrent_gdn2_kernel": 0.5,
              "elementwise_kernel": 0.5}
     rows = tool.phase_rows(times, top=2)
