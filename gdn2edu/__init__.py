@@ -20,6 +20,7 @@ from gdn2edu.pipeline_figure import pipeline_mismatches, draw_pipeline
 from gdn2edu.chunk_backward_kernels import chunk_gdn2_bwd_scan_kernel, chunk_gdn2_bwd_local_kernel, chunk_gdn2_bwd_inputs_kernel, chunk_gdn2_backward_triton, ChunkGDN2TritonFunction, chunk_gdn2
 from gdn2edu.layers import ShortConvolution, RMSNormGated, GDN2Cache, GatedDeltaNet2
 from gdn2edu.short_conv import short_conv_fwd_kernel, short_conv_bwd_kernel, ShortConvFunction, short_conv_triton
+from gdn2edu.gated_norm import gated_norm_fwd_kernel, gated_norm_bwd_kernel, GatedNormFunction, rms_norm_gated_triton
 from gdn2edu.lm import GDN2Block, GDN2LM
 from gdn2edu.mqar import mqar_batch, mqar_accuracy, lr_factor, train_mqar
 from gdn2edu.layer_bench import fla_layer_class, time_layer, plan_layer_benchmark
@@ -92,6 +93,10 @@ __all__ = [
     "short_conv_bwd_kernel",
     "ShortConvFunction",
     "short_conv_triton",
+    "gated_norm_fwd_kernel",
+    "gated_norm_bwd_kernel",
+    "GatedNormFunction",
+    "rms_norm_gated_triton",
     "GDN2Block",
     "GDN2LM",
     "mqar_batch",

@@ -52,6 +52,9 @@ class ShortConvolution(nn.Conv1d):
         return F.silu(y).transpose(1, 2), full[..., full.shape[-1] - (W - 1):] if output_final_state else None
 
 
+from gdn2edu.gated_norm import rms_norm_gated_triton
+
+
 class RMSNormGated(nn.Module):
     """RMSNorm over the last dim times a sigmoid gate: weight * x / rms(x) * sigmoid(gate). weight: [D]."""
 
@@ -60,8 +63,11 @@ class RMSNormGated(nn.Module):
         self.weight = nn.Parameter(torch.ones(hidden_size))
         self.eps = eps
 
-    def forward(self, x, gate):
-        """x, gate: [..., D]. Computes in float32 (float64 for float64 x); returns x's dtype."""
+    def forward(self, x, gate, use_triton=False):
+        """x, gate: [..., D]; use_triton: rms_norm_gated_triton (the layer's choice, _uses_triton), else PyTorch,
+        computing in float32 (float64 for float64 x). Returns x's dtype."""
+        if use_triton:
+            return rms_norm_gated_triton(x, gate, self.weight, self.eps)
         dtype = compute_dtype(x)
         y = x.to(dtype) * torch.rsqrt(x.to(dtype).square().mean(-1, keepdim=True) + self.eps)
         return (y * self.weight.to(dtype) * torch.sigmoid(gate.to(dtype))).to(x.dtype)
@@ -337,7 +343,7 @@ def _forward(self, hidden_states, attention_mask=None, past_key_values=None, use
         past_key_values = past_key_values if past_key_values is not None else GDN2Cache()
         past_key_values.update(self.layer_idx, conv_state if self.use_short_conv else None, state, T)
     gate = self.g_proj(x).unflatten(-1, (self.num_v_heads, self.head_v_dim))
-    o = self.o_norm(o.to(x.dtype), gate).flatten(-2)
+    o = self.o_norm(o.to(x.dtype), gate, self._uses_triton(x.device)).flatten(-2)
     return self.o_proj(o), None, past_key_values
 
 

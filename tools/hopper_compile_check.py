@@ -28,6 +28,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from gdn2edu import chunk_backward_kernels as cb  # noqa: E402
 from gdn2edu import chunk_kernels as ck  # noqa: E402
 from gdn2edu import fused_recurrent as fr  # noqa: E402
+from gdn2edu import gated_norm as gn  # noqa: E402
 from gdn2edu import short_conv as sc  # noqa: E402
 
 # the GPUs a reader meets: the H100/H200 (sm_90), Colab's A100 (sm_80) and L4 (sm_89), each with the
@@ -41,6 +42,8 @@ BWD_BF16 = ("q", "k", "v", "b", "w", "do", "QG", "AE", "KG", "dR", "dh", "R", "P
             "dv", "dw", "dq", "dk", "db")
 # the short convolution's 16-bit tensors in a bf16 layer (its partial sums dw, db stay float32)
 CONV_BF16 = ("x", "weight", "bias", "state", "y", "dy", "dx", "dstate")
+# the output norm's 16-bit tensors in a bf16 layer (rstd and the partial sums dw stay float32)
+NORM_BF16 = ("x", "gate", "weight", "y", "dy", "dx", "dgate")
 
 
 def signature(kernel, bf16=()):
@@ -50,9 +53,9 @@ def signature(kernel, bf16=()):
     for param in kernel.params:
         if param.is_constexpr:
             types[param.name] = "constexpr"
-        elif param.name == "scale":
+        elif param.name in ("scale", "eps"):
             types[param.name] = "fp32"
-        elif param.name == "T":
+        elif param.name in ("T", "N"):
             types[param.name] = "i32"
         else:
             types[param.name] = ("*i32" if param.name in INT_POINTERS else
@@ -63,7 +66,7 @@ def signature(kernel, bf16=()):
 def launches(K, V):
     """(kernel, constexprs, num_warps, num_stages, bf16 pointers) as the host code launches them at
     K = V = 128: float32 inputs, and for the scans and the backward also bf16 inputs with their 16-bit
-    intermediates; the layer's short convolution (D = H * K, W = 4) at K = 128 only."""
+    intermediates; the layer's short convolution (D = H * K, W = 4) at K = 128 only; the output norm at D = V."""
     intra, wy, scan, out = ck.INTRA_TILES, ck.WY_TILES, ck.SCAN_TILES, ck.OUTPUT_TILES
     bscan, blocal, binputs = cb.BWD_SCAN_TILES, cb.BWD_LOCAL_TILES, cb.BWD_INPUTS_TILES
     conv = sc.CONV_TILES
@@ -100,6 +103,8 @@ def launches(K, V):
            conv["num_warps"], 1, pointers)
           for kernel, flags in ((sc.short_conv_fwd_kernel, {}), (sc.short_conv_bwd_kernel, dict(STATE_GRAD=True)))
           for pointers in ((), CONV_BF16) if K == 128),     # its tiles do not depend on K: compile it once
+        *((kernel, dict(D=V, BR=gn.NORM_TILES["BR"], BD=V), gn.NORM_TILES["num_warps"], 1, pointers)
+          for kernel in (gn.gated_norm_fwd_kernel, gn.gated_norm_bwd_kernel) for pointers in ((), NORM_BF16)),
     ]
 
 
