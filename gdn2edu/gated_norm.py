@@ -14,7 +14,8 @@ if not torch.cuda.is_available():
 import triton
 import triton.language as tl
 
-from gdn2edu.fused_recurrent import _MAX_HEAD_DIM, _check_kernel_dtypes
+from gdn2edu.fused_recurrent import _MAX_HEAD_DIM
+from gdn2edu.short_conv import _check_triton_call
 
 NORM_TILES = dict(BR=16, num_warps=4)                # not yet tuned on a GPU
 
@@ -120,12 +121,7 @@ def rms_norm_gated_triton(x, gate, weight, eps=1e-5):
     dtype (float32, bfloat16 or float16); weight: [D], D <= 256. Returns y [..., D] in x's dtype,
     differentiable in x, gate and weight; accumulates in float32."""
     _check_norm_inputs(x, gate, weight)
-    if x.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise ValueError(f"x must be on a CUDA device for the Triton kernels, got {x.device} (or set "
-                         "TRITON_INTERPRET=1 before importing gdn2edu)")
-    if x.numel() == 0:
-        raise ValueError(f"x must have at least one row for the Triton kernels, got shape {tuple(x.shape)}")
-    _check_kernel_dtypes(dict(x=x, weight=weight), "RMSNormGated's PyTorch path (use_triton=False)")
+    _check_triton_call(x, dict(x=x, weight=weight), "at least one row", "RMSNormGated's PyTorch path (use_triton=False)")
     D = weight.shape[0]
     y = GatedNormFunction.apply(x.contiguous().view(-1, D), gate.contiguous().view(-1, D), weight.contiguous(),
                                 float(eps))

@@ -175,6 +175,18 @@ def _check_conv_inputs(x, weight, state, bias=None):
             raise ValueError(f"{name} must be on x's device {x.device}, got {t.device}")
 
 
+def _check_triton_call(x, tensors, nonempty, pytorch_path):
+    """What every Triton entry point of this chapter checks once its shapes are right: x on a CUDA device (or
+    the interpreter selected), x not empty (``nonempty`` says what that means), and the tensors {name: tensor
+    or None} in float32 or a 16-bit type (float64 belongs to ``pytorch_path``)."""
+    if x.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(f"x must be on a CUDA device for the Triton kernels, got {x.device} (or set "
+                         "TRITON_INTERPRET=1 before importing gdn2edu)")
+    if x.numel() == 0:
+        raise ValueError(f"x must have {nonempty} for the Triton kernels, got shape {tuple(x.shape)}")
+    _check_kernel_dtypes(tensors, pytorch_path)
+
+
 def short_conv_triton(x, weight, bias=None, state=None, output_final_state=True):
     """Causal depthwise convolution then SiLU, in Triton. x: [B, T, D] (float32, bfloat16 or float16);
     weight: [D, 1, W]; bias: [D] or None; state: [B, D, W - 1], the W - 1 inputs before x, or None (zeros).
@@ -182,12 +194,8 @@ def short_conv_triton(x, weight, bias=None, state=None, output_final_state=True)
     ones included; None unless output_final_state), differentiable in x, weight, bias and state; accumulates
     in float32."""
     _check_conv_inputs(x, weight, state, bias)
-    if x.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise ValueError(f"x must be on a CUDA device for the Triton kernels, got {x.device} (or set "
-                         "TRITON_INTERPRET=1 before importing gdn2edu)")
-    if x.numel() == 0:
-        raise ValueError(f"x must have B >= 1 and T >= 1 for the Triton kernels, got shape {tuple(x.shape)}")
-    _check_kernel_dtypes(dict(x=x, state=state), "ShortConvolution's PyTorch path (use_triton=False)")
+    _check_triton_call(x, dict(x=x, state=state), "B >= 1 and T >= 1",
+                       "ShortConvolution's PyTorch path (use_triton=False)")
     B, T, D = x.shape
     W = weight.shape[-1]
     cached = state if W > 1 else None

@@ -7,7 +7,7 @@ forward without autograd and of one training step (forward + backward onto the i
 
 Each phase records its median wall time a call ("wall_ms", triton's do_bench) beside the sum of its kernels'
 device times; each kernel row is (name, ms per call, share of the phase's kernel time); "ours" sums the book's Triton kernels
-(names starting chunk_gdn2, fused_recurrent_gdn2 or short_conv), the rest is PyTorch's (projections, convolutions, norms,
+(names starting as OUR_KERNELS lists), the rest is PyTorch's (projections, convolutions, norms,
 elementwise work).
 """
 
@@ -22,7 +22,7 @@ from gdn2edu.bench import kernel_times, measure_ms, provenance
 from gdn2edu.layer_bench import LAYER_BENCH_SIZE
 from gdn2edu.layers import GatedDeltaNet2
 
-OUR_KERNELS = ("chunk_gdn2", "fused_recurrent_gdn2", "short_conv")
+OUR_KERNELS = ("chunk_gdn2", "fused_recurrent_gdn2", "short_conv", "gated_norm")
 
 
 def phase_rows(times, top):
