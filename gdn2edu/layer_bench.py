@@ -45,6 +45,11 @@ def time_layer(layer, x, warmup=25, rep=100):
     backward (the gradient onto x [B, T, hidden] and every parameter, for a fixed random cotangent), and the
     peak memory of one step (MiB, GPU only): a dict in the layout of the benchmark's "forward" rows."""
     from gdn2edu import bench          # here, not at the top: importing the package must not run bench
+    if not isinstance(layer, torch.nn.Module):
+        raise ValueError(f"layer must be a torch.nn.Module, got {type(layer).__name__}")
+    if not isinstance(x, torch.Tensor) or x.dim() != 3 or not x.is_floating_point():
+        shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"x must be a float tensor [B, T, hidden], got {shape}")
 
     def forward():
         with torch.no_grad():

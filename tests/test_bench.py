@@ -8,6 +8,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from gdn2edu import bench
 from gdn2edu.bench import (CHECK_THRESHOLDS, IMPLEMENTATIONS, amdahl_speedup, forward_kernel_costs, main, parse_shapes,
@@ -258,3 +259,11 @@ def test_layer_part_is_registered_and_summarised():
     assert all(r["count"] == 2 for r in summary["times"])
     with pytest.raises(ValueError, match="--parts"):
         run_benchmark(["--device", "cpu", "--parts", "layers"])
+
+
+def test_time_layer_names_its_arguments():
+    from gdn2edu.layer_bench import time_layer
+    with pytest.raises(ValueError, match="layer must be a torch.nn.Module"):
+        time_layer(lambda x: x, torch.randn(1, 4, 8))
+    with pytest.raises(ValueError, match=r"x must be a float tensor \[B, T, hidden\]"):
+        time_layer(torch.nn.Identity(), torch.randn(4, 8))
