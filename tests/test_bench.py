@@ -104,8 +104,9 @@ def test_processes_must_be_positive():
 
 
 def test_summary_of_the_recorded_gate_path_runs(root):
-    """The three old-layout runs behind Chapters 9 and 10: every median is the median of the per-process ratios
-    read straight from the rows, and they say what the chapters state."""
+    """The earlier like-for-like session (three old-layout runs at af1363c), which Chapters 9 and 10 set beside
+    the harness record: every median is the median of the per-process ratios read straight from the rows, and
+    they say what the chapters state of that session."""
     runs = [json.loads(f.read_text()) for f in sorted((root / "results").glob("h200_gate_paths_run*.json"))]
     assert len(runs) == 3
     summary = summarize_processes(runs)
@@ -126,6 +127,27 @@ def test_summary_of_the_recorded_gate_path_runs(root):
     assert max(m for key, m in medians.items() if key[0] == "peak_mib") <= 1.0
     times = {(r["impl"], r["part"], r["B"], r["T"], r["H"]): r for r in summary["times"]}
     assert times[("gdn2edu", "fwd_ms", 2, 8192, 16)]["count"] == 3 and len(times) == 4 * 4 * 3
+
+
+def test_summary_of_the_harness_record(root):
+    """results/h200_bench_harness.json, the like-for-like record Chapters 9-11 read: three measured processes
+    after a warm-up, its stored summary is what summarize_processes gives on them, every FLA/ours median is
+    the median of the per-process ratios read from the rows, and it covers both gate paths at the four shapes."""
+    record = json.loads((root / "results" / "h200_bench_harness.json").read_text())
+    assert record["warmup_process"]["role"] == "warm-up"
+    processes = record["processes"]
+    assert len(processes) == 3 and all(p["status"] == "ok" and p["role"] == "measured" for p in processes)
+    assert summarize_processes(processes) == record["summary"]
+    ratios = record["summary"]["ratios"]
+    assert {(r["pair"], r["part"]) for r in ratios} == {(pair, part) for pair in ("default", "safe_gate")
+                                                      for part in ("fwd_ms", "bwd_ms", "peak_mib")}
+    assert len({(r["B"], r["T"], r["H"]) for r in ratios}) == 4 and len(ratios) == 2 * 3 * 4
+    for r in ratios:
+        rows = [{x["impl"]: x for x in p["result"]["forward"] if (x["B"], x["T"], x["H"]) == (r["B"], r["T"], r["H"])}
+                for p in processes]
+        num, den = (r["ours"], r["fla"]) if r["part"] == "peak_mib" else (r["fla"], r["ours"])
+        by_hand = [x[num][r["part"]] / x[den][r["part"]] for x in rows]
+        assert r["count"] == 3 and r["median"] == statistics.median(by_hand)
 
 
 TINY_CHECK = ("--device", "cpu", "--parts", "checks", "--shapes", "1x64x1", "--K", "16", "--dtype", "fp32")
