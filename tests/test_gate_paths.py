@@ -104,3 +104,22 @@ def test_matrix_case_numbers():
     for bad in ("0", f"1-{len(matrix.CASES) + 1}", "a", "3-"):
         with pytest.raises(argparse.ArgumentTypeError):
             matrix.case_numbers(bad)
+
+
+def test_matrix_float32_intermediates_switch():
+    """--fp32-intermediates: inside the block float16 inputs keep float32 intermediates (a different, more
+    accurate o at g = 0), and the shipped setting is back after the block, also after an error in it."""
+    from gdn2edu import chunk_kernels
+    shipped = chunk_kernels.LOW_PRECISION_INTERMEDIATES
+    case = matrix.extreme("zero", "fp16", B=1, T=130, H=1, K=32, V=16)
+    leaves, adjoints, offsets = matrix.case_inputs(case, torch.device("cpu"))
+    want = matrix.reference(leaves, adjoints, offsets, None)
+    low = matrix.judge(matrix.under_test(chunk_gdn2, leaves, adjoints, case), want)
+    with matrix.float32_intermediates():
+        assert chunk_kernels.LOW_PRECISION_INTERMEDIATES is False
+        high = matrix.judge(matrix.under_test(chunk_gdn2, leaves, adjoints, case), want)
+    assert chunk_kernels.LOW_PRECISION_INTERMEDIATES == shipped
+    assert high["o"]["ratio"] < low["o"]["ratio"]
+    with pytest.raises(RuntimeError), matrix.float32_intermediates():
+        raise RuntimeError("inside the block")
+    assert chunk_kernels.LOW_PRECISION_INTERMEDIATES == shipped

@@ -8,21 +8,27 @@ on every token, g = 0, the three input types, odd head dims, a long sequence, an
 pass 2^31. Each tensor is judged by FLA's rule (``assert_close``): it passes when its largest absolute error is
 at most 1e-6 or when the RMS of the error is below ``tolerance`` times the RMS of the reference, with FLA's
 tolerances (o, ht 0.005; dq, dk, dv, dh0 0.008; dg, db, dw 0.02). With ``--fla`` FLA's ``chunk_gdn2`` runs
-the same cases (its default path) and is judged the same way.
+the same cases (its default path) and is judged the same way. With ``--fp32-intermediates`` our kernels
+run the 16-bit cases a second time with their intermediates kept in float32 (Chapter 9's
+``LOW_PRECISION_INTERMEDIATES`` off), as the row "gdn2edu_fp32_intermediates": what that costs in accuracy
+terms is then on record beside the shipped setting.
 
-    python tools/gpu_test_matrix.py --out results/h200_test_matrix.json [--fla] [--commit SHA] [--budget S]
+    python tools/gpu_test_matrix.py --out results/h200_test_matrix.json [--fla] [--fp32-intermediates]
+        [--commit SHA] [--budget S] [--cases 14-22] [--skip-large]
 """
 
 import argparse
 import json
 import sys
 import time
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 import gdn2edu
+from gdn2edu import chunk_kernels
 from gdn2edu.bench import _fla_ops, provenance
 
 TOLERANCE = {"o": 0.005, "ht": 0.005, "dq": 0.008, "dk": 0.008, "dv": 0.008, "dh0": 0.008,
@@ -127,6 +133,18 @@ def under_test(fn, leaves, adjoints, case):
     return {"o": o, "ht": ht, **dict(zip(GRADS, grads))}
 
 
+@contextmanager
+def float32_intermediates():
+    """Inside the block chunk_gdn2 keeps its intermediates in float32 for 16-bit inputs too, in the forward and
+    in a backward run inside the block; the shipped setting is restored after it."""
+    shipped = chunk_kernels.LOW_PRECISION_INTERMEDIATES
+    chunk_kernels.LOW_PRECISION_INTERMEDIATES = False
+    try:
+        yield
+    finally:
+        chunk_kernels.LOW_PRECISION_INTERMEDIATES = shipped
+
+
 def judge(got, want):
     """FLA's rule per tensor: {name: (passed, rms error ratio, largest absolute error, finite)}."""
     verdict = {}
@@ -176,6 +194,8 @@ def main(argv=None):
     p.add_argument("--fla-dtype", default="bf16,fp16,fp32", help="input types of the cases FLA runs (FLA compiles "
                                                                  "per type and head dim, minutes each)")
     p.add_argument("--fla-dim", default="128", help="head dims K of the cases FLA runs")
+    p.add_argument("--fp32-intermediates", action="store_true",
+                   help="also run our kernels on the bf16 and fp16 cases with float32 intermediates")
     p.add_argument("--commit", help="git commit of the code under test (default: git rev-parse HEAD)")
     p.add_argument("--budget", type=float, default=400.0, help="seconds after which no new case starts")
     p.add_argument("--skip-large", action="store_true", help="skip the 2^31-offset case (about 40 GB of memory)")
@@ -191,7 +211,9 @@ def main(argv=None):
     fla = _fla_ops() if args.fla else None
     if isinstance(fla, str):
         raise SystemExit(f"--fla: FLA is {fla}")
-    impls = {"gdn2edu": gdn2edu.chunk_gdn2, **({"fla": fla["chunk"]} if fla else {})}
+    impls = {"gdn2edu": (gdn2edu.chunk_gdn2, nullcontext), **({"fla": (fla["chunk"], nullcontext)} if fla else {}),
+             **({"gdn2edu_fp32_intermediates": (gdn2edu.chunk_gdn2, float32_intermediates)}
+                if args.fp32_intermediates else {})}
     result = {"provenance": provenance(device, args.commit, argv or sys.argv[1:], "python tools/gpu_test_matrix.py"),
               "tolerance": TOLERANCE, "cases": [], "offsets_past_int32": None}
     start = time.monotonic()
@@ -205,12 +227,15 @@ def main(argv=None):
         leaves, adjoints, offsets = case_inputs(case, device)
         want = reference(leaves, adjoints, offsets, case["scale"])
         row = {**case, "number": i + 1, "results": {}}
-        for name, fn in impls.items():
+        for name, (fn, setting) in impls.items():
             if name == "fla" and (case["dtype"] not in args.fla_dtype.split(",")
                                   or str(case["K"]) not in args.fla_dim.split(",")):
                 continue
+            if name == "gdn2edu_fp32_intermediates" and case["dtype"] == "fp32":
+                continue                              # float32 inputs keep float32 intermediates anyway
             try:
-                row["results"][name] = judge(under_test(fn, leaves, adjoints, case), want)
+                with setting():
+                    row["results"][name] = judge(under_test(fn, leaves, adjoints, case), want)
             except Exception as err:          # a compile error or a crash is a failed case, not a stopped run
                 row["results"][name] = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
         result["cases"].append(row)
