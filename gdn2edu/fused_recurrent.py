@@ -89,13 +89,99 @@ def _check_finite_number(name, value, low, high, expected):
         raise ValueError(f"{name} must be {expected}, got {value!r}")
 
 
-def l2_normalize(x, eps=L2NORM_EPS):
-    """x / sqrt(sum(x^2) + eps) over the last dim: FLA's use_qk_l2norm_in_kernel. x: [..., D], floating point;
-    eps: a finite number >= 0. Computes in float32 (float64 for float64 x) and returns x's dtype."""
+L2NORM_TILES = dict(BR=16, num_warps=4)    # rows per program and warps: not yet tuned on a GPU
+
+
+@triton.jit
+def _row_tile(x, r, o_d, N, D: tl.constexpr):
+    """Rows r [BR] and columns o_d [BD] of x [N, D] as float32 (zeros outside), their offsets and mask."""
+    m = (r[:, None] < N) & (o_d[None, :] < D)
+    offsets = r[:, None].to(tl.int64) * D + o_d[None, :]
+    return tl.load(x + offsets, mask=m, other=0.0).to(tl.float32), offsets, m
+
+
+@triton.jit(do_not_specialize=["N"])
+def l2_norm_fwd_kernel(x, y, rstd, eps, N, D: tl.constexpr, BR: tl.constexpr, BD: tl.constexpr):
+    """Program i_r: rows r = i_r * BR + [0, BR) of x [N, D]: rstd[r] = rsqrt(sum(x[r]^2) + eps), float32, kept
+    for the backward, and y[r] = x[r] * rstd[r] in y's type."""
+    r = tl.program_id(0) * BR + tl.arange(0, BR)
+    b_x, offsets, m = _row_tile(x, r, tl.arange(0, BD), N, D)
+    b_rstd = tl.rsqrt(tl.sum(b_x * b_x, axis=1) + eps)
+    tl.store(y + offsets, (b_x * b_rstd[:, None]).to(y.dtype.element_ty), mask=m)
+    tl.store(rstd + r, b_rstd, mask=r < N)
+
+
+@triton.jit(do_not_specialize=["N"])
+def l2_norm_bwd_kernel(x, rstd, dy, dx, N, D: tl.constexpr, BR: tl.constexpr, BD: tl.constexpr):
+    """Program i_r, rows r as in the forward: with y = x * rstd recomputed, dx = rstd * (dy - y * sum(dy * y))."""
+    r = tl.program_id(0) * BR + tl.arange(0, BR)
+    b_x, offsets, m = _row_tile(x, r, tl.arange(0, BD), N, D)
+    b_dy, _, _ = _row_tile(dy, r, tl.arange(0, BD), N, D)
+    b_rstd = tl.load(rstd + r, mask=r < N, other=0.0)
+    b_y = b_x * b_rstd[:, None]
+    b_dx = b_rstd[:, None] * (b_dy - b_y * tl.sum(b_dy * b_y, axis=1)[:, None])
+    tl.store(dx + offsets, b_dx.to(dx.dtype.element_ty), mask=m)
+
+
+def _l2_norm_grid(N, D):
+    """Rows per program, the tile width and the grid for N rows of width D."""
+    BR = min(L2NORM_TILES["BR"], triton.next_power_of_2(N))
+    return BR, triton.next_power_of_2(D), (triton.cdiv(N, BR),)
+
+
+class L2NormFunction(torch.autograd.Function):
+    """y = x * rsqrt(sum(x^2, -1) + eps) with the Triton kernels, x contiguous [N, D]; saves rstd [N] (float32)."""
+
+    @staticmethod
+    def forward(ctx, x, eps):
+        N, D = x.shape
+        BR, BD, grid = _l2_norm_grid(N, D)
+        y, rstd = torch.empty_like(x), x.new_empty(N, dtype=torch.float32)
+        l2_norm_fwd_kernel[grid](x, y, rstd, eps, N, D=D, BR=BR, BD=BD, num_warps=L2NORM_TILES["num_warps"])
+        ctx.save_for_backward(x, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, rstd = ctx.saved_tensors
+        N, D = x.shape
+        BR, BD, grid = _l2_norm_grid(N, D)
+        dx = torch.empty_like(x)
+        l2_norm_bwd_kernel[grid](x, rstd, dy.contiguous(), dx, N, D=D, BR=BR, BD=BD,
+                                 num_warps=L2NORM_TILES["num_warps"])
+        return dx, None
+
+
+def _check_l2_arguments(x, eps):
+    """ValueErrors naming the argument unless x is a floating-point tensor [..., D] and eps a finite number >= 0."""
     _check_float_tensor("x", x, "[..., D]")
     if x.dim() == 0:
         raise ValueError("x must have at least one dim [..., D] (it is normalised over the last), got a 0-dim tensor")
     _check_finite_number("eps", eps, 0, float("inf"), "a finite number >= 0")
+
+
+def l2_normalize_triton(x, eps=L2NORM_EPS):
+    """l2_normalize with the Triton kernels (in the interpreter when there is no GPU). x: [..., D] float32,
+    bfloat16 or float16 with 1 <= D <= 256, at least one row; returns x's dtype, differentiable in x."""
+    _check_l2_arguments(x, eps)
+    _check_kernel_dtypes({"x": x}, "l2_normalize")
+    if not 1 <= x.shape[-1] <= _MAX_HEAD_DIM or x.numel() == 0:
+        raise ValueError(f"x must have shape [..., D] with 1 <= D <= {_MAX_HEAD_DIM} and at least one row, "
+                         f"got {tuple(x.shape)}; l2_normalize takes any shape")
+    if x.device.type != "cuda" and not _INTERPRET:
+        raise ValueError(f"x must be on a CUDA device, got {x.device}; l2_normalize runs in PyTorch anywhere")
+    D = x.shape[-1]
+    with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
+        return L2NormFunction.apply(x.contiguous().view(-1, D), float(eps)).view(x.shape)
+
+
+def l2_normalize(x, eps=L2NORM_EPS):
+    """x / sqrt(sum(x^2) + eps) over the last dim: FLA's use_qk_l2norm_in_kernel. x: [..., D], floating point;
+    eps: a finite number >= 0. Computes in float32 (float64 for float64 x) and returns x's dtype: with the
+    Triton kernels for CUDA tensors the kernels take (l2_normalize_triton), else in PyTorch."""
+    _check_l2_arguments(x, eps)
+    if x.is_cuda and x.dtype in _INPUT_DTYPES and 1 <= x.shape[-1] <= _MAX_HEAD_DIM and x.numel() > 0:
+        return l2_normalize_triton(x, eps)
     y = x.to(compute_dtype(x))
     return (y * torch.rsqrt(y.square().sum(-1, keepdim=True) + eps)).to(x.dtype)
 
@@ -131,8 +217,8 @@ def gate_activation(g, A_log, dt_bias=None, lower_bound=None):
 
 def apply_kernel_options(q, k, v, g, b, w, use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, A_log=None,
                          dt_bias=None, lower_bound=None):
-    """FLA's input options of chunk_gdn2 and fused_recurrent_gdn2, applied in PyTorch (autograd differentiates
-    them). q, k, g, b: [B, T, H, K]; v, w: [B, T, H, V]. use_qk_l2norm_in_kernel: l2_normalize q and k.
+    """FLA's input options of chunk_gdn2 and fused_recurrent_gdn2, applied before the kernel, differentiable
+    (the gate in PyTorch, the L2 normalisation with l2_normalize's kernels on a GPU). q, k, g, b: [B, T, H, K]; v, w: [B, T, H, V]. use_qk_l2norm_in_kernel: l2_normalize q and k.
     use_gate_in_kernel: g holds raw logits, turned into log-decays by gate_activation with A_log [H] (required),
     dt_bias [H * K] (optional) and lower_bound (None, or a number < 0). Returns (q, k, v, g, b, w)."""
     for name, flag in (("use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel),
@@ -170,7 +256,7 @@ def fused_recurrent_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, outpu
     g: [B, T, H, K] natural-log decay; b: [B, T, H, K] erase gate; w: [B, T, H, V] write gate;
     scale: query scale, None for K ** -0.5; initial_state: [B, H, K, V] or None (zeros).
     FLA's options use_qk_l2norm_in_kernel and use_gate_in_kernel (g then holds raw logits; A_log [H],
-    dt_bias [H * K], lower_bound), applied in PyTorch before the kernel by apply_kernel_options.
+    dt_bias [H * K], lower_bound), applied before the kernel by apply_kernel_options.
     Inputs in bfloat16, float16 or float32 (may be mixed), K and V at most 256, CUDA tensors (or any
     device with TRITON_INTERPRET=1, the interpreter). Computes in float32. Forward only, as FLA's: no gradients.
     Returns (o [B, T, H, V] in v's dtype, final state [B, H, K, V] in float32 or None).

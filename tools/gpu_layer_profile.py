@@ -22,7 +22,7 @@ from gdn2edu.bench import kernel_times, measure_ms, provenance
 from gdn2edu.layer_bench import LAYER_BENCH_SIZE
 from gdn2edu.layers import GatedDeltaNet2
 
-OUR_KERNELS = ("chunk_gdn2", "fused_recurrent_gdn2", "short_conv", "gated_norm")
+OUR_KERNELS = ("chunk_gdn2", "fused_recurrent_gdn2", "short_conv", "gated_norm", "l2_norm")
 
 
 def phase_rows(times, top):
