@@ -417,6 +417,13 @@ INTRA_TILES = {"BK": 16, "num_warps": 1, "num_stages": 2}  # the intra kernel's 
 # With 16-bit inputs, store AE, AZ, kg, Q_g, h and R in that type (half the traffic, 16-bit tensor-core
 # products; the state and every accumulation stay float32). False keeps them in float32.
 LOW_PRECISION_INTERMEDIATES = True
+# The input_precision of every product with float32 inputs (16-bit inputs take "tf32", their tensor-core
+# products): "ieee" multiplies in float32 on the CUDA cores; "tf32x3" sums three TF32 tensor-core products of
+# the operands' high and low parts, close to float32; "tf32" takes one, its operands rounded to a 10-bit
+# mantissa. Module-level so that a benchmark run can try the others (python -m gdn2edu.bench --fp32-dot);
+# "ieee" until the speed and the accuracy of each have been measured on a GPU.
+FLOAT32_DOTS = ("ieee", "tf32x3", "tf32")
+FLOAT32_DOT = "ieee"
 
 
 def _block_width(dim, widest=None):
@@ -515,7 +522,9 @@ def _plan(q, k, v, g, b, w, scale, initial_state, cu_seqlens, safe_gate=False, l
     N = len(offsets) - 1
     if cu_seqlens is not None and initial_state is not None:
         _check_state("initial_state", initial_state, (N, H, K, V), q.device, "[N, H, K, V]")
-    DOT = "ieee" if q.dtype == torch.float32 else "tf32"      # fp32 in, fp32 math; else tensor cores
+    if FLOAT32_DOT not in FLOAT32_DOTS:
+        raise ValueError(f"chunk_kernels.FLOAT32_DOT must be one of {FLOAT32_DOTS}, got {FLOAT32_DOT!r}")
+    DOT = FLOAT32_DOT if q.dtype == torch.float32 else "tf32"      # 16-bit inputs: tensor cores
     # the intermediates the later kernels read: in the inputs' 16-bit type when they have one
     store = q.dtype if q.dtype in (torch.bfloat16, torch.float16) and LOW_PRECISION_INTERMEDIATES else torch.float32
     return _Plan(B, T, H, K, V, N, dims.scale, *_schedule(offsets, 64, q.device), DOT, store, safe_gate)

@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import make_inputs
 
-from gdn2edu import baseline_inputs, chunk_gdn2, recurrent_gdn2
+from gdn2edu import baseline_inputs, chunk_gdn2, chunk_kernels, recurrent_gdn2
 
 TOL = 1e-4
 
@@ -94,6 +94,19 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
         chunk_gdn2(*_inputs())
+
+
+def test_float32_dot_setting_reaches_the_plan_and_is_checked(monkeypatch):
+    """chunk_kernels.FLOAT32_DOT is the precision of float32 inputs' products (the backward shares the plan);
+    16-bit inputs keep tf32; a value Triton does not offer is refused by name before any launch."""
+    x = _inputs()
+    assert chunk_kernels.FLOAT32_DOT == "ieee"                  # shipped: unchanged until a GPU has measured
+    monkeypatch.setattr(chunk_kernels, "FLOAT32_DOT", "tf32x3")
+    assert chunk_kernels._plan(*x, None, None, None).DOT == "tf32x3"
+    assert chunk_kernels._plan(*(t.half() for t in x), None, None, None).DOT == "tf32"
+    monkeypatch.setattr(chunk_kernels, "FLOAT32_DOT", "fp32")
+    with pytest.raises(ValueError, match="FLOAT32_DOT must be one of"):
+        chunk_gdn2(*x)
 
 
 @pytest.mark.parametrize("kwargs, name", [(dict(B=0), "B"), (dict(T=2.5), "T"), (dict(H=True), "H"),
