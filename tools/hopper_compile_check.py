@@ -7,12 +7,18 @@ Colab's A100 (sm_80) and L4 (sm_89), and checks that it fits the shared memory a
 status 1 if any kernel fails. This Triton may pipeline differently from the one on the GPU (Triton 3.6 on
 the H200 asked more for the scans at K = 256 than this check saw): a fit here is necessary, not sufficient.
 
-    python tools/hopper_compile_check.py [--registers]
+    python tools/hopper_compile_check.py [--registers] [--arch sm_90,...] [--dim 128,...] [--kernels NAME,...]
+                                         [--fp32-dot ieee|tf32x3|tf32]
 
 ``--registers`` also prints each binary's registers per thread and its stack (registers spilled to local
-memory), from ``cuobjdump -res-usage``, the tool that ships with Triton.
+memory), from ``cuobjdump -res-usage``, the tool that ships with Triton. ``--arch``, ``--dim`` and
+``--kernels`` (kernel function names) narrow what is compiled, each repeatable or a comma list; the default is
+everything. ``--fp32-dot`` is the ``input_precision`` of the float32 launches' products (default: what
+chunk_gdn2 uses, ``chunk_kernels.FLOAT32_DOT``); the 16-bit launches keep "tf32", their tensor-core products.
+Each line names the inputs' type of its launch (float32 or bf16) and the dot precision where it has one.
 """
 
+import argparse
 import os
 import subprocess
 import sys
@@ -63,10 +69,12 @@ def signature(kernel, bf16=()):
     return types
 
 
-def launches(K, V):
+def launches(K, V, fp32_dot=None):
     """(kernel, constexprs, num_warps, num_stages, bf16 pointers) as the host code launches them at
-    K = V = 128: float32 inputs, and for the scans and the backward also bf16 inputs with their 16-bit
-    intermediates; the layer's short convolution (D = H * K, W = 4) at K = 128 only; the output norm at D = V."""
+    K, V: float32 inputs, and for the scans and the backward also bf16 inputs with their 16-bit
+    intermediates; the layer's short convolution (D = H * K, W = 4) at K = 128 only; the output norm at D = V.
+    The float32 launches' products use ``fp32_dot`` (None: chunk_kernels.FLOAT32_DOT), the bf16 ones "tf32"."""
+    f32 = ck.FLOAT32_DOT if fp32_dot is None else fp32_dot
     intra, wy, scan, out = ck.INTRA_TILES, ck.WY_TILES, ck.SCAN_TILES, ck.OUTPUT_TILES
     bscan, blocal, binputs = cb.BWD_SCAN_TILES, cb.BWD_LOCAL_TILES, cb.BWD_INPUTS_TILES
     conv = sc.CONV_TILES
@@ -75,20 +83,20 @@ def launches(K, V):
     fused_bv = min(V, max(8, 2048 // K))
     return [
         *((ck.chunk_gdn2_fwd_intra_kernel, dict(H=H, K=K, BT=64, BC=16, BK=intra["BK"], MODE=mode,
-                                                MID_LIMIT=ck.MID_LIMIT, OPERAND_LIMIT=14.0, DOT="ieee"),
+                                                MID_LIMIT=ck.MID_LIMIT, OPERAND_LIMIT=14.0, DOT=f32),
            intra["num_warps"], intra["num_stages"], ()) for mode in (1, 2)),
         (ck.chunk_gdn2_fwd_wy_kernel, dict(H=H, K=K, V=V, BT=64, BK=wy["BK"], BV=wy["BV"], STORE_G=True,
-                                           DOT="ieee"),
+                                           DOT=f32),
          wy["num_warps"], 2, ()),
         (ck.chunk_gdn2_fwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=fscan_bv, USE_INITIAL_STATE=True,
-                                             STORE_FINAL_STATE=True, DOT="ieee"), scan["num_warps"], 1, ()),
+                                             STORE_FINAL_STATE=True, DOT=f32), scan["num_warps"], 1, ()),
         (ck.chunk_gdn2_fwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=fscan_bv, USE_INITIAL_STATE=True,
                                              STORE_FINAL_STATE=True, DOT="tf32"),
          scan["num_warps"], scan["num_stages"], ("AE", "AZ", "KG", "h", "R")),
         *((ck.chunk_gdn2_fwd_output_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=ck._output_value_block(K, V),
                                                  DOT=dot), out["num_warps"], 2, pointers)
-          for dot, pointers in (("ieee", ()), ("tf32", ("QG", "h", "R", "o")))),
-        *(launch for dot, pointers in (("ieee", ()), ("tf32", BWD_BF16)) for launch in (
+          for dot, pointers in ((f32, ()), ("tf32", ("QG", "h", "R", "o")))),
+        *(launch for dot, pointers in ((f32, ()), ("tf32", BWD_BF16)) for launch in (
             (cb.chunk_gdn2_bwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=scan_bv, USE_FINAL_GRAD=True,
                                                  STORE_INITIAL_GRAD=True, DOT=dot),
              bscan["num_warps"], bscan["num_stages"] if pointers else 1, pointers),
@@ -111,6 +119,8 @@ def launches(K, V):
 def resource_usage(cubin):
     """The "REG:.. STACK:.." part of ``cuobjdump -res-usage`` for a compiled kernel's binary."""
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    if not os.path.exists(tool):
+        return f"(no resource report: this Triton has no {tool})"
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
@@ -119,41 +129,81 @@ def resource_usage(cubin):
     return " ".join(fields) or "(no resource report)"
 
 
+def _listed(parser, option, values, allowed):
+    """The items of a repeatable, comma-separated option in ``allowed``'s order (all of them when not given);
+    an unknown item is an error that names the option."""
+    if not values:
+        return list(allowed)
+    wanted = [x.strip() for value in values for x in value.split(",") if x.strip()]
+    unknown = [x for x in wanted if x not in map(str, allowed)]
+    if unknown or not wanted:
+        parser.error(f"argument {option}: unknown {', '.join(map(repr, unknown)) or 'empty list'}; "
+                     f"choose from {', '.join(map(str, allowed))}")
+    return [x for x in allowed if str(x) in wanted]
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description="Compile gdn2edu's Triton kernels for the GPUs readers meet, "
+                                                 "no GPU needed; exit status 1 if any fails.")
+    parser.add_argument("--registers", action="store_true",
+                        help="also print each binary's registers per thread and stack (cuobjdump -res-usage)")
+    parser.add_argument("--arch", action="append", help=f"from {', '.join(TARGETS)} (repeat or comma-separate; "
+                                                        "default: all)")
+    parser.add_argument("--dim", action="append", help="head dims K = V, from 128, 256 (default: both)")
+    parser.add_argument("--kernels", action="append",
+                        help="kernel function names, e.g. chunk_gdn2_fwd_scan_kernel (default: all)")
+    parser.add_argument("--fp32-dot", choices=ck.FLOAT32_DOTS, default=ck.FLOAT32_DOT,
+                        help="input_precision of the float32 launches' products (default: chunk_kernels."
+                             "FLOAT32_DOT, %(default)s)")
+    args = parser.parse_args(argv)
+    args.arch = _listed(parser, "--arch", args.arch, list(TARGETS))
+    args.dim = _listed(parser, "--dim", args.dim, [128, 256])
+    args.kernels = _listed(parser, "--kernels", args.kernels,
+                           sorted({kernel.fn.__name__ for kernel, *_ in launches(128, 128)}))
+    return args
+
+
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    registers = "--registers" in argv
-    failures = 0
-    for arch, (target, limit) in TARGETS.items():
-        for dim in (128, 256):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    failures = compiled = 0
+    for arch in args.arch:
+        target, limit = TARGETS[arch]
+        for dim in args.dim:
             print(f"{arch}, K = V = {dim}:")
-            failures += check(target, limit, dim, registers)
-    return 1 if failures else 0
+            f, c = check(target, limit, dim, args.registers, args.kernels, args.fp32_dot)
+            failures, compiled = failures + f, compiled + c
+    if not compiled:
+        print("nothing compiled: no launch of these kernels at these head dims on these GPUs")
+    return 1 if failures or not compiled else 0
 
 
-def check(target, limit, dim, registers):
-    """Compile every launch at K = V = dim for the target; the number of failures. Where a block has less
-    shared memory than float32 tiles need (an L4), chunk_gdn2 refuses float32 inputs, so only the 16-bit
-    variants are compiled there."""
-    failures = 0
-    for kernel, constexprs, num_warps, num_stages, bf16 in launches(dim, dim):
-        if limit < ck.FLOAT32_SHARED_MEMORY and constexprs.get("DOT") == "ieee":
-            continue
+def check(target, limit, dim, registers, kernels, fp32_dot):
+    """Compile the launches of ``kernels`` at K = V = dim for the target, float32 products in ``fp32_dot``;
+    (failures, launches compiled). Where a block has less shared memory than float32 tiles need (an L4),
+    chunk_gdn2 refuses float32 inputs, so only the 16-bit variants are compiled there."""
+    failures = compiled = 0
+    for kernel, constexprs, num_warps, num_stages, bf16 in launches(dim, dim, fp32_dot):
         name = kernel.fn.__name__
+        if name not in kernels or (limit < ck.FLOAT32_SHARED_MEMORY and "DOT" in constexprs and not bf16):
+            continue
+        inputs = "bf16" if bf16 else "float32"
+        dot = f", dot {constexprs['DOT']}" if "DOT" in constexprs else ""
         start = time.monotonic()
+        compiled += 1
         try:
-            compiled = triton.compile(triton.compiler.ASTSource(kernel, signature(kernel, bf16), constexprs),
-                                      target=target, options=dict(num_warps=num_warps, num_stages=num_stages))
+            binary = triton.compile(triton.compiler.ASTSource(kernel, signature(kernel, bf16), constexprs),
+                                    target=target, options=dict(num_warps=num_warps, num_stages=num_stages))
         except Exception as err:                  # a compile error: report it, go on with the others
             failures += 1
-            print(f"FAIL {name}: {type(err).__name__}: {str(err).strip().splitlines()[-1][:300]}")
+            print(f"FAIL {name} ({inputs}{dot}): {type(err).__name__}: {str(err).strip().splitlines()[-1][:300]}")
             continue
-        shared = compiled.metadata.shared
+        shared = binary.metadata.shared
         fits = shared <= limit
         failures += not fits
-        print(f"{'ok  ' if fits else 'FAIL'} {name} (warps {num_warps}, stages {num_stages}): shared memory "
-              f"{shared} of {limit} bytes, compiled in {time.monotonic() - start:.1f} s"
-              + (f", {resource_usage(compiled.asm['cubin'])}" if registers else ""))
-    return failures
+        print(f"{'ok  ' if fits else 'FAIL'} {name} ({inputs}{dot}, warps {num_warps}, stages {num_stages}): "
+              f"shared memory {shared} of {limit} bytes, compiled in {time.monotonic() - start:.1f} s"
+              + (f", {resource_usage(binary.asm['cubin'])}" if registers else ""))
+    return failures, compiled
 
 
 if __name__ == "__main__":

@@ -1,0 +1,53 @@
+"""The options of tools/hopper_compile_check.py that narrow what it compiles (--arch, --dim, --kernels) and
+choose the float32 launches' product precision (--fp32-dot), on one small kernel so that it takes seconds.
+
+Chapter 11 runs the tool this way to show what IEEE float32 products compile to; a bad option must stop it
+with an error that names the option, and a selection that compiles nothing must not pass."""
+
+import subprocess
+import sys
+
+import pytest
+
+TOOL = "tools/hopper_compile_check.py"
+KERNEL = "chunk_gdn2_fwd_output_kernel"       # one float32 and one bf16 launch, each compiled in about a second
+
+
+def run_tool(root, *args):
+    return subprocess.run([sys.executable, TOOL, *args], cwd=root, capture_output=True, text=True, timeout=300)
+
+
+def test_a_subset_compiles_only_what_was_asked(root):
+    result = run_tool(root, "--registers", "--arch", "sm_90", "--dim", "128", "--kernels", KERNEL,
+                      "--fp32-dot", "tf32")
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    assert lines[0] == "sm_90, K = V = 128:" and len(lines) == 3, result.stdout
+    assert lines[1].startswith(f"ok   {KERNEL} (float32, dot tf32, ") and "REG:" in lines[1], lines[1]
+    assert lines[2].startswith(f"ok   {KERNEL} (bf16, dot tf32, ") and "STACK:" in lines[2], lines[2]
+
+
+def test_launches_take_the_float32_precision(root):
+    """launches() uses the shipped chunk_kernels.FLOAT32_DOT unless given another; 16-bit launches keep tf32."""
+    code = ("import sys; sys.path.insert(0, 'tools'); import hopper_compile_check as h; "
+            "from gdn2edu import chunk_kernels as ck\n"
+            "for dot in (None, 'tf32x3'):\n"
+            "    got = {(bool(bf16), c['DOT']) for _, c, _, _, bf16 in h.launches(128, 128, dot) if 'DOT' in c}\n"
+            "    print(sorted(got) == [(False, dot or ck.FLOAT32_DOT), (True, 'tf32')], ck.FLOAT32_DOT)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+    assert result.stdout.split() == ["True", "ieee", "True", "ieee"], result.stdout + result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("option, value", [("--kernels", "chunk_gdn2_fwd_nothing_kernel"),
+                                           ("--kernels", f"{KERNEL},nothing"), ("--fp32-dot", "tf16"),
+                                           ("--arch", "sm_70"), ("--dim", "64")])
+def test_unknown_values_are_refused_by_name(root, option, value):
+    result = run_tool(root, option, value)
+    assert result.returncode == 2 and f"argument {option}" in result.stderr, result.stderr[-3000:]
+    assert "ok" not in result.stdout
+
+
+def test_a_selection_that_compiles_nothing_fails(root):
+    """The L4 (sm_89) refuses float32 inputs, and the WY kernel has float32 launches only: nothing to compile."""
+    result = run_tool(root, "--arch", "sm_89", "--dim", "128", "--kernels", "chunk_gdn2_fwd_wy_kernel")
+    assert result.returncode == 1 and "nothing compiled" in result.stdout, result.stdout + result.stderr[-3000:]
