@@ -393,6 +393,9 @@ def build_parser():
     p.add_argument("--K", type=int, help="key head dim (default 128 on a GPU, 64 on the CPU)")
     p.add_argument("--V", type=int, help="value head dim (default as K)")
     p.add_argument("--dtype", default="bf16", choices=sorted(_DTYPES))
+    p.add_argument("--fp32-dot", choices=chunk_kernels.FLOAT32_DOTS,
+                   help="input_precision of our kernels' products with float32 inputs, for this run (default: "
+                        f"chunk_kernels.FLOAT32_DOT, {chunk_kernels.FLOAT32_DOT!r} as shipped)")
     p.add_argument("--impls", help="chunked implementations to time, in this order, from "
                                    f"{','.join(IMPLEMENTATIONS)} (default: all on a GPU; no torch_compile on the CPU)")
     p.add_argument("--parts", help=f"what to measure, from {','.join(PARTS)} and "
@@ -465,6 +468,7 @@ def plan_benchmark(args, result):
         raise ValueError(f"every --scaling-T must divide --scaling-tokens {args.scaling_tokens}, got {scaling_T}")
     result["settings"] = {"device": device, "dtype": args.dtype, "K": K, "V": V, "shapes": shapes, "impls": impls,
                           "parts": parts, "warmup_ms": args.warmup, "rep_ms": args.rep, "budget_s": args.budget,
+                          "fp32_dot": args.fp32_dot or chunk_kernels.FLOAT32_DOT,
                           "tiles": {**{name: dict(getattr(chunk_kernels, name)) for name in FORWARD_TILE_TABLES},
                                     **{name: dict(table) for name, table in BACKWARD_TILE_TABLES.items()}}}
     cache = {}
@@ -588,18 +592,22 @@ def run_benchmark(argv=None):
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(result, indent=1) + "\n")
 
-    for done, (label, step, limit) in enumerate(steps):
-        elapsed = time.monotonic() - start
-        if elapsed > args.budget:
-            result["skipped"].append(label)
-            continue
-        _progress(done, len(steps), elapsed, label)
-        hard = args.budget + args.grace - elapsed
-        try:
-            _run_step(step, hard if limit is None else min(limit, hard))
-        except _OutOfTime:
-            result["skipped"].append(f"{label} (interrupted)")
-        save()
+    shipped_dot, chunk_kernels.FLOAT32_DOT = chunk_kernels.FLOAT32_DOT, result["settings"]["fp32_dot"]
+    try:                                                   # this run's float32 products, then the shipped ones
+        for done, (label, step, limit) in enumerate(steps):
+            elapsed = time.monotonic() - start
+            if elapsed > args.budget:
+                result["skipped"].append(label)
+                continue
+            _progress(done, len(steps), elapsed, label)
+            hard = args.budget + args.grace - elapsed
+            try:
+                _run_step(step, hard if limit is None else min(limit, hard))
+            except _OutOfTime:
+                result["skipped"].append(f"{label} (interrupted)")
+            save()
+    finally:
+        chunk_kernels.FLOAT32_DOT = shipped_dot
     _progress(len(steps), len(steps), time.monotonic() - start, "done")
     save()
     return result
@@ -688,6 +696,13 @@ def _run_child(command, out, limit, env):
     return entry
 
 
+def package_env():
+    """This process's environment with this package's root first on PYTHONPATH, for a child process that is to
+    import the gdn2edu measured here."""
+    package_root = str(Path(gdn2edu.__file__).resolve().parent.parent)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(x for x in (package_root, os.environ.get("PYTHONPATH")) if x)}
+
+
 def run_processes(args, argv):
     """The benchmark in args.processes child processes, one after the other (after a discarded warm-up child
     with --warmup-process), each with the whole --budget; write one JSON after every child with the provenance,
@@ -699,9 +714,7 @@ def run_processes(args, argv):
     plan_benchmark(args, combined)                         # validates the arguments and fills the settings
     combined["settings"].update(processes=args.processes, warmup_process=args.warmup_process,
                                 process_timeout_s=limit, budget="per process")
-    package_root = str(Path(gdn2edu.__file__).resolve().parent.parent)   # the children measure this package
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(x for x in (package_root, os.environ.get("PYTHONPATH"))
-                                                       if x)}
+    env = package_env()                                    # the children measure this package
     roles = ["warm-up"] * args.warmup_process + ["measured"] * args.processes
     with tempfile.TemporaryDirectory() as tmp:
         for n, role in enumerate(roles):

@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from gdn2edu import bench
+from gdn2edu import bench, chunk_kernels
 from gdn2edu.bench import (CHECK_THRESHOLDS, IMPLEMENTATIONS, amdahl_speedup, forward_kernel_costs, main, parse_shapes,
                            roofline_time_ms, run_benchmark, summarize_processes)
 
@@ -24,7 +24,7 @@ def test_help(root):
     result = run_cli(root, "--help")
     assert result.returncode == 0, result.stderr
     for option in ("--shapes", "--budget", "--out", "--warmup", "--rep", "--impls", "--commit", "--processes",
-                   "--warmup-process", "--process-timeout"):
+                   "--warmup-process", "--process-timeout", "--fp32-dot"):
         assert option in result.stdout
     unwrapped = "".join(result.stdout.split())                       # argparse breaks lines inside words
     assert "backward_breakdown" in unwrapped and "CPUallbutchecks" in unwrapped       # the CPU's default parts
@@ -164,6 +164,27 @@ def test_checks_pass_near_float32_rounding():
     assert sorted(row["rel_l2"]) == sorted(CHECK_THRESHOLDS) and row["thresholds"] == CHECK_THRESHOLDS
     assert max(row["rel_l2"].values()) < 1e-5, row["rel_l2"]
     assert summarize_processes([run, run]) == {"ratios": [], "times": []}
+
+
+def test_fp32_dot_is_set_for_the_run_recorded_and_restored(monkeypatch):
+    """--fp32-dot sets chunk_kernels.FLOAT32_DOT while the steps run (seen from inside the check), records it in
+    the settings, and puts the shipped value back afterwards; without it the run records the shipped one."""
+    seen, check = [], bench.check_chunk
+
+    def watched(*args, **kwargs):
+        seen.append(chunk_kernels.FLOAT32_DOT)
+        return check(*args, **kwargs)
+
+    monkeypatch.setattr(bench, "check_chunk", watched)
+    run = run_benchmark([*TINY_CHECK, "--fp32-dot", "tf32x3"])
+    assert seen == ["tf32x3"] and run["settings"]["fp32_dot"] == "tf32x3" and run["checks"][0]["passed"] is True
+    assert chunk_kernels.FLOAT32_DOT == "ieee"
+    assert run_benchmark(["--device", "cpu", "--parts", "ceilings", "--budget", "1"])["settings"]["fp32_dot"] == "ieee"
+
+
+def test_bad_fp32_dot_is_refused(root):
+    result = run_cli(root, "--device", "cpu", "--fp32-dot", "fast", "--budget", "1")
+    assert result.returncode == 2 and "--fp32-dot" in result.stderr
 
 
 def test_a_failed_check_exits_nonzero(monkeypatch, capsys):

@@ -14,7 +14,10 @@ run the 16-bit cases a second time with their intermediates kept in float32 (Cha
 terms is then on record beside the shipped setting.
 
     python tools/gpu_test_matrix.py --out results/h200_test_matrix.json [--fla] [--fp32-intermediates]
-        [--commit SHA] [--budget S] [--cases 14-22] [--skip-large]
+        [--fp32-dot ieee|tf32x3|tf32] [--commit SHA] [--budget S] [--cases 14-22] [--skip-large]
+
+``--fp32-dot`` sets the precision of our kernels' products with float32 inputs for the whole run
+(``chunk_kernels.FLOAT32_DOT``; Chapter 11 says why one would try another) and the file records it.
 """
 
 import argparse
@@ -202,7 +205,12 @@ def main(argv=None):
     p.add_argument("--cases", type=case_numbers, default=None,
                    help=f"the cases to run, numbered 1-{len(CASES)} as printed: a list of numbers and ranges "
                         "such as 14-22 or 1,3,5 (default: all; the 2^31-offset batch runs unless --skip-large)")
+    p.add_argument("--fp32-dot", choices=chunk_kernels.FLOAT32_DOTS,
+                   help="input_precision of our kernels' products with float32 inputs (default: "
+                        f"chunk_kernels.FLOAT32_DOT, {chunk_kernels.FLOAT32_DOT!r} as shipped)")
     args = p.parse_args(argv)
+    if args.fp32_dot is not None:
+        chunk_kernels.FLOAT32_DOT = args.fp32_dot
     if args.budget <= 0:
         raise ValueError(f"--budget must be positive, got {args.budget}")
     if not torch.cuda.is_available():
@@ -215,7 +223,7 @@ def main(argv=None):
              **({"gdn2edu_fp32_intermediates": (gdn2edu.chunk_gdn2, float32_intermediates)}
                 if args.fp32_intermediates else {})}
     result = {"provenance": provenance(device, args.commit, argv or sys.argv[1:], "python tools/gpu_test_matrix.py"),
-              "tolerance": TOLERANCE, "cases": [], "offsets_past_int32": None}
+              "tolerance": TOLERANCE, "fp32_dot": chunk_kernels.FLOAT32_DOT, "cases": [], "offsets_past_int32": None}
     start = time.monotonic()
     chosen = args.cases or list(range(1, len(CASES) + 1))
     result["cases_chosen"] = chosen
