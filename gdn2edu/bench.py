@@ -396,6 +396,9 @@ def build_parser():
     p.add_argument("--fp32-dot", choices=chunk_kernels.FLOAT32_DOTS,
                    help="input_precision of our kernels' products with float32 inputs, for this run (default: "
                         f"chunk_kernels.FLOAT32_DOT, {chunk_kernels.FLOAT32_DOT!r} as shipped)")
+    p.add_argument("--fp32-intermediates", action="store_true",
+                   help="keep our kernels' intermediates in float32 for bf16 and fp16 inputs too, for this run "
+                        "(chunk_kernels.LOW_PRECISION_INTERMEDIATES off; shipped: on)")
     p.add_argument("--impls", help="chunked implementations to time, in this order, from "
                                    f"{','.join(IMPLEMENTATIONS)} (default: all on a GPU; no torch_compile on the CPU)")
     p.add_argument("--parts", help=f"what to measure, from {','.join(PARTS)} and "
@@ -469,6 +472,8 @@ def plan_benchmark(args, result):
     result["settings"] = {"device": device, "dtype": args.dtype, "K": K, "V": V, "shapes": shapes, "impls": impls,
                           "parts": parts, "warmup_ms": args.warmup, "rep_ms": args.rep, "budget_s": args.budget,
                           "fp32_dot": args.fp32_dot or chunk_kernels.FLOAT32_DOT,
+                          "low_precision_intermediates": (chunk_kernels.LOW_PRECISION_INTERMEDIATES
+                                                          and not args.fp32_intermediates),
                           "tiles": {**{name: dict(getattr(chunk_kernels, name)) for name in FORWARD_TILE_TABLES},
                                     **{name: dict(table) for name, table in BACKWARD_TILE_TABLES.items()}}}
     cache = {}
@@ -592,8 +597,13 @@ def run_benchmark(argv=None):
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(result, indent=1) + "\n")
 
-    shipped_dot, chunk_kernels.FLOAT32_DOT = chunk_kernels.FLOAT32_DOT, result["settings"]["fp32_dot"]
-    try:                                                   # this run's float32 products, then the shipped ones
+    # this run's settings of Chapter 9's module while the steps run, the shipped ones after
+    run_settings = {"FLOAT32_DOT": result["settings"]["fp32_dot"],
+                    "LOW_PRECISION_INTERMEDIATES": result["settings"]["low_precision_intermediates"]}
+    shipped = {name: getattr(chunk_kernels, name) for name in run_settings}
+    for name, value in run_settings.items():
+        setattr(chunk_kernels, name, value)
+    try:
         for done, (label, step, limit) in enumerate(steps):
             elapsed = time.monotonic() - start
             if elapsed > args.budget:
@@ -607,7 +617,8 @@ def run_benchmark(argv=None):
                 result["skipped"].append(f"{label} (interrupted)")
             save()
     finally:
-        chunk_kernels.FLOAT32_DOT = shipped_dot
+        for name, value in shipped.items():
+            setattr(chunk_kernels, name, value)
     _progress(len(steps), len(steps), time.monotonic() - start, "done")
     save()
     return result

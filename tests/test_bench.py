@@ -24,7 +24,7 @@ def test_help(root):
     result = run_cli(root, "--help")
     assert result.returncode == 0, result.stderr
     for option in ("--shapes", "--budget", "--out", "--warmup", "--rep", "--impls", "--commit", "--processes",
-                   "--warmup-process", "--process-timeout", "--fp32-dot"):
+                   "--warmup-process", "--process-timeout", "--fp32-dot", "--fp32-intermediates"):
         assert option in result.stdout
     unwrapped = "".join(result.stdout.split())                       # argparse breaks lines inside words
     assert "backward_breakdown" in unwrapped and "CPUallbutchecks" in unwrapped       # the CPU's default parts
@@ -166,20 +166,23 @@ def test_checks_pass_near_float32_rounding():
     assert summarize_processes([run, run]) == {"ratios": [], "times": []}
 
 
-def test_fp32_dot_is_set_for_the_run_recorded_and_restored(monkeypatch):
-    """--fp32-dot sets chunk_kernels.FLOAT32_DOT while the steps run (seen from inside the check), records it in
-    the settings, and puts the shipped value back afterwards; without it the run records the shipped one."""
+def test_fp32_dot_and_intermediates_are_set_for_the_run_recorded_and_restored(monkeypatch):
+    """--fp32-dot and --fp32-intermediates set chunk_kernels.FLOAT32_DOT and LOW_PRECISION_INTERMEDIATES while the
+    steps run (seen from inside the check), record them in the settings, and put the shipped values back
+    afterwards; without them the run records the shipped ones."""
     seen, check = [], bench.check_chunk
 
     def watched(*args, **kwargs):
-        seen.append(chunk_kernels.FLOAT32_DOT)
+        seen.append((chunk_kernels.FLOAT32_DOT, chunk_kernels.LOW_PRECISION_INTERMEDIATES))
         return check(*args, **kwargs)
 
     monkeypatch.setattr(bench, "check_chunk", watched)
-    run = run_benchmark([*TINY_CHECK, "--fp32-dot", "tf32x3"])
-    assert seen == ["tf32x3"] and run["settings"]["fp32_dot"] == "tf32x3" and run["checks"][0]["passed"] is True
-    assert chunk_kernels.FLOAT32_DOT == "ieee"
-    assert run_benchmark(["--device", "cpu", "--parts", "ceilings", "--budget", "1"])["settings"]["fp32_dot"] == "ieee"
+    run = run_benchmark([*TINY_CHECK, "--fp32-dot", "tf32x3", "--fp32-intermediates"])
+    assert seen == [("tf32x3", False)] and run["checks"][0]["passed"] is True
+    assert run["settings"]["fp32_dot"] == "tf32x3" and run["settings"]["low_precision_intermediates"] is False
+    assert chunk_kernels.FLOAT32_DOT == "ieee" and chunk_kernels.LOW_PRECISION_INTERMEDIATES is True
+    shipped = run_benchmark(["--device", "cpu", "--parts", "ceilings", "--budget", "1"])["settings"]
+    assert shipped["fp32_dot"] == "ieee" and shipped["low_precision_intermediates"] is True
 
 
 def test_bad_fp32_dot_is_refused(root):
