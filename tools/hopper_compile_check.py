@@ -50,6 +50,8 @@ BWD_BF16 = ("q", "k", "v", "b", "w", "do", "QG", "AE", "KG", "dR", "dh", "R", "P
 CONV_BF16 = ("x", "weight", "bias", "state", "y", "dy", "dx", "dstate")
 # the output norm's 16-bit tensors in a bf16 layer (rstd and the partial sums dw stay float32)
 NORM_BF16 = ("x", "gate", "weight", "y", "dy", "dx", "dgate")
+# the L2 normalisation's 16-bit tensors with bf16 q, k (rstd stays float32)
+L2_BF16 = ("x", "y", "dy", "dx")
 
 
 def signature(kernel, bf16=()):
@@ -72,7 +74,8 @@ def signature(kernel, bf16=()):
 def launches(K, V, fp32_dot=None):
     """(kernel, constexprs, num_warps, num_stages, bf16 pointers) as the host code launches them at
     K, V: float32 inputs, and for the scans and the backward also bf16 inputs with their 16-bit
-    intermediates; the layer's short convolution (D = H * K, W = 4) at K = 128 only; the output norm at D = V.
+    intermediates; the layer's short convolution (D = H * K, W = 4) at K = 128 only; the output norm at D = V;
+    the L2 normalisation of q, k at D = K.
     The float32 launches' products use ``fp32_dot`` (None: chunk_kernels.FLOAT32_DOT), the bf16 ones "tf32"."""
     f32 = ck.FLOAT32_DOT if fp32_dot is None else fp32_dot
     intra, wy, scan, out = ck.INTRA_TILES, ck.WY_TILES, ck.SCAN_TILES, ck.OUTPUT_TILES
@@ -113,6 +116,8 @@ def launches(K, V, fp32_dot=None):
           for pointers in ((), CONV_BF16) if K == 128),     # its tiles do not depend on K: compile it once
         *((kernel, dict(D=V, BR=gn.NORM_TILES["BR"], BD=V), gn.NORM_TILES["num_warps"], 1, pointers)
           for kernel in (gn.gated_norm_fwd_kernel, gn.gated_norm_bwd_kernel) for pointers in ((), NORM_BF16)),
+        *((kernel, dict(D=K, BR=fr.L2NORM_TILES["BR"], BD=K), fr.L2NORM_TILES["num_warps"], 1, pointers)
+          for kernel in (fr.l2_norm_fwd_kernel, fr.l2_norm_bwd_kernel) for pointers in ((), L2_BF16)),
     ]
 
 
