@@ -160,16 +160,24 @@ def _check_l2_arguments(x, eps):
     _check_finite_number("eps", eps, 0, float("inf"), "a finite number >= 0")
 
 
+def _l2_kernel_refusal(x):
+    """Why the L2 kernels cannot take the floating-point tensor x [..., D], or None when they can."""
+    if x.dtype not in _INPUT_DTYPES:
+        return f"x must be float32, bfloat16 or float16 for the kernels, got {x.dtype}"
+    if not 1 <= x.shape[-1] <= _MAX_HEAD_DIM or x.numel() == 0:
+        return f"x must have shape [..., D] with 1 <= D <= {_MAX_HEAD_DIM} and at least one row, got {tuple(x.shape)}"
+    if x.device.type != "cuda" and not _INTERPRET:
+        return f"x must be on a CUDA device, got {x.device}"
+    return None
+
+
 def l2_normalize_triton(x, eps=L2NORM_EPS):
     """l2_normalize with the Triton kernels (in the interpreter when there is no GPU). x: [..., D] float32,
     bfloat16 or float16 with 1 <= D <= 256, at least one row; returns x's dtype, differentiable in x."""
     _check_l2_arguments(x, eps)
-    _check_kernel_dtypes({"x": x}, "l2_normalize")
-    if not 1 <= x.shape[-1] <= _MAX_HEAD_DIM or x.numel() == 0:
-        raise ValueError(f"x must have shape [..., D] with 1 <= D <= {_MAX_HEAD_DIM} and at least one row, "
-                         f"got {tuple(x.shape)}; l2_normalize takes any shape")
-    if x.device.type != "cuda" and not _INTERPRET:
-        raise ValueError(f"x must be on a CUDA device, got {x.device}; l2_normalize runs in PyTorch anywhere")
+    refusal = _l2_kernel_refusal(x)
+    if refusal is not None:
+        raise ValueError(f"{refusal}; l2_normalize takes any floating-point x")
     D = x.shape[-1]
     with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
         return L2NormFunction.apply(x.contiguous().view(-1, D), float(eps)).view(x.shape)
@@ -180,7 +188,7 @@ def l2_normalize(x, eps=L2NORM_EPS):
     eps: a finite number >= 0. Computes in float32 (float64 for float64 x) and returns x's dtype: with the
     Triton kernels for CUDA tensors the kernels take (l2_normalize_triton), else in PyTorch."""
     _check_l2_arguments(x, eps)
-    if x.is_cuda and x.dtype in _INPUT_DTYPES and 1 <= x.shape[-1] <= _MAX_HEAD_DIM and x.numel() > 0:
+    if x.is_cuda and _l2_kernel_refusal(x) is None:
         return l2_normalize_triton(x, eps)
     y = x.to(compute_dtype(x))
     return (y * torch.rsqrt(y.square().sum(-1, keepdim=True) + eps)).to(x.dtype)
@@ -218,9 +226,10 @@ def gate_activation(g, A_log, dt_bias=None, lower_bound=None):
 def apply_kernel_options(q, k, v, g, b, w, use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, A_log=None,
                          dt_bias=None, lower_bound=None):
     """FLA's input options of chunk_gdn2 and fused_recurrent_gdn2, applied before the kernel, differentiable
-    (the gate in PyTorch, the L2 normalisation with l2_normalize's kernels on a GPU). q, k, g, b: [B, T, H, K]; v, w: [B, T, H, V]. use_qk_l2norm_in_kernel: l2_normalize q and k.
-    use_gate_in_kernel: g holds raw logits, turned into log-decays by gate_activation with A_log [H] (required),
-    dt_bias [H * K] (optional) and lower_bound (None, or a number < 0). Returns (q, k, v, g, b, w)."""
+    (the gate in PyTorch, the L2 normalisation with l2_normalize's kernels on a GPU). q, k, g, b: [B, T, H, K];
+    v, w: [B, T, H, V]. use_qk_l2norm_in_kernel: l2_normalize q and k. use_gate_in_kernel: g holds raw logits,
+    turned into log-decays by gate_activation with A_log [H] (required), dt_bias [H * K] (optional) and
+    lower_bound (None, or a number < 0). Returns (q, k, v, g, b, w)."""
     for name, flag in (("use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel),
                        ("use_gate_in_kernel", use_gate_in_kernel)):
         if not isinstance(flag, bool):

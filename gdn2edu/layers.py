@@ -233,7 +233,7 @@ def _prepare(self, q, k, v, g, b, w, conv_state, keep_states=True):
     """Kernel inputs of a batch of sequences of equal length. q, k: [B, T, H*K]; v: [B, T, H_v*V] projected
     inputs; g, b: [B, T, H, K]; w: [B, T, H_v, V]; conv_state: (q, k, v) states or None.
     Returns ((q, k, v, g, b, w) with q, k, g, b: [B, T, H_v, K] and v, w: [B, T, H_v, V], new conv states,
-    None unless keep_states); q and k are not yet of unit length: the kernel normalises them (_kernel_options)."""
+    None unless keep_states); q and k are not yet of unit length: the kernel call's options normalise them (_kernel_options)."""
     if self.use_short_conv:
         cq, ck, cv = conv_state if conv_state is not None else (None, None, None)
         triton = self._uses_triton(q.device)

@@ -6,6 +6,8 @@ import torch
 
 from gdn2edu.fused_recurrent import L2NORM_EPS, l2_normalize, l2_normalize_triton
 
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"      # the interpreter runs the kernels on the CPU
+
 
 def float64_reference(x, dy, eps=L2NORM_EPS):
     """y = x / sqrt(sum x^2 + eps) and dL/dx for L = <y, dy>, in float64 from x's rounded values."""
@@ -26,7 +28,7 @@ def triton_values(x, dy, eps=L2NORM_EPS):
 def test_float32_matches_float64(shape):
     """float32 in, float32 math: a sum of D squares and one rsqrt, a few units of 2^-24 per element."""
     torch.manual_seed(0)
-    x, dy = torch.randn(shape), torch.randn(shape)
+    x, dy = torch.randn(shape, device=DEVICE), torch.randn(shape, device=DEVICE)
     want_y, want_dx = float64_reference(x, dy)
     y, dx = triton_values(x, dy)
     assert y.dtype == torch.float32 and y.shape == x.shape
@@ -40,7 +42,7 @@ def test_16_bit_is_rounded_once(dtype):
     float16, 2^-8 for bfloat16, relative to the largest entry), the gradient within two. The interpreter
     runs no tl.dot here, so bfloat16 is valid on the CPU too."""
     torch.manual_seed(1)
-    x, dy = torch.randn(4, 33, 2, 64).to(dtype), torch.randn(4, 33, 2, 64).to(dtype)
+    x, dy = (torch.randn(4, 33, 2, 64, device=DEVICE).to(dtype) for _ in range(2))
     u = 2.0 ** (-11 if dtype == torch.float16 else -8)
     want_y, want_dx = float64_reference(x, dy)
     y, dx = triton_values(x, dy)
@@ -51,20 +53,20 @@ def test_16_bit_is_rounded_once(dtype):
 
 def test_zero_rows_and_eps():
     """A zero row maps to zero with a finite gradient (1/sqrt(eps) times dy); eps enters as given."""
-    x = torch.zeros(3, 8)
+    x = torch.zeros(3, 8, device=DEVICE)
     x[1] = torch.arange(8.0)
-    dy = torch.ones(3, 8)
+    dy = torch.ones(3, 8, device=DEVICE)
     y, dx = triton_values(x, dy, eps=1e-2)
     want_y, want_dx = float64_reference(x, dy, eps=1e-2)
-    assert torch.equal(y[0], torch.zeros(8)) and torch.isfinite(dx).all()
+    assert torch.equal(y[0], torch.zeros(8, device=DEVICE)) and torch.isfinite(dx).all()
     assert torch.allclose(y.double(), want_y, atol=1e-7) and torch.allclose(dx.double(), want_dx, atol=1e-6)
 
 
-def test_l2_normalize_on_the_cpu_is_pytorch_and_agrees():
-    """On CPU tensors l2_normalize stays in PyTorch (float64 included); on the same float32 input the two
-    agree to float32 rounding."""
+def test_l2_normalize_agrees_with_the_kernel():
+    """l2_normalize (PyTorch on the CPU, float64 included; the kernels on a GPU) and the kernels agree to float32
+    rounding on the same float32 input."""
     torch.manual_seed(2)
-    x = torch.randn(5, 7, 48)
+    x = torch.randn(5, 7, 48, device=DEVICE)
     assert torch.allclose(l2_normalize(x), l2_normalize_triton(x), atol=1e-6, rtol=0)
     assert l2_normalize(x.double()).dtype == torch.float64
 
@@ -72,7 +74,7 @@ def test_l2_normalize_on_the_cpu_is_pytorch_and_agrees():
 @pytest.mark.parametrize("x, eps, message", [
     (torch.randn(2, 300), L2NORM_EPS, "1 <= D <= 256"),
     (torch.randn(0, 8), L2NORM_EPS, "at least one row"),
-    (torch.randn(2, 8).double(), L2NORM_EPS, "float32, bfloat16 or float16"),
+    (torch.randn(2, 8).double(), L2NORM_EPS, "float32, bfloat16 or float16 for the kernels"),
     (torch.arange(8).view(2, 4), L2NORM_EPS, "floating-point"),
     (torch.tensor(1.0), L2NORM_EPS, "at least one dim"),
     (torch.randn(2, 8), -1.0, "eps must be"),

@@ -10,8 +10,8 @@ at most 1e-6 or when the RMS of the error is below ``tolerance`` times the RMS o
 tolerances (o, ht 0.005; dq, dk, dv, dh0 0.008; dg, db, dw 0.02). With ``--fla`` FLA's ``chunk_gdn2`` runs
 the same cases (its default path) and is judged the same way. With ``--fp32-intermediates`` our kernels
 run the 16-bit cases a second time with their intermediates kept in float32 (Chapter 9's
-``LOW_PRECISION_INTERMEDIATES`` off), as the row "gdn2edu_fp32_intermediates": what that costs in accuracy
-terms is then on record beside the shipped setting.
+``LOW_PRECISION_INTERMEDIATES`` off), as the row "gdn2edu_fp32_intermediates": what the 16-bit
+intermediates cost in accuracy is then on record beside the shipped setting.
 
     python tools/gpu_test_matrix.py --out results/h200_test_matrix.json [--fla] [--fp32-intermediates]
         [--fp32-dot ieee|tf32x3|tf32] [--commit SHA] [--budget S] [--cases 14-22] [--skip-large]

@@ -55,8 +55,8 @@ L2_BF16 = ("x", "y", "dy", "dx")
 
 
 def signature(kernel, bf16=()):
-    """Argument types for ASTSource: float32 tensors (bf16 for the names in ``bf16``), int32 maps, a float
-    scale, an int length T."""
+    """Argument types for ASTSource: float32 tensors (bf16 for the names in ``bf16``), int32 maps, float32
+    scale and eps, int32 lengths T and N."""
     types = {}
     for param in kernel.params:
         if param.is_constexpr:
