@@ -598,12 +598,8 @@ def run_benchmark(argv=None):
             args.out.write_text(json.dumps(result, indent=1) + "\n")
 
     # this run's settings of Chapter 9's module while the steps run, the shipped ones after
-    run_settings = {"FLOAT32_DOT": result["settings"]["fp32_dot"],
-                    "LOW_PRECISION_INTERMEDIATES": result["settings"]["low_precision_intermediates"]}
-    shipped = {name: getattr(chunk_kernels, name) for name in run_settings}
-    for name, value in run_settings.items():
-        setattr(chunk_kernels, name, value)
-    try:
+    with chunk_kernels.kernel_settings(FLOAT32_DOT=result["settings"]["fp32_dot"],
+                                       LOW_PRECISION_INTERMEDIATES=result["settings"]["low_precision_intermediates"]):
         for done, (label, step, limit) in enumerate(steps):
             elapsed = time.monotonic() - start
             if elapsed > args.budget:
@@ -616,9 +612,6 @@ def run_benchmark(argv=None):
             except _OutOfTime:
                 result["skipped"].append(f"{label} (interrupted)")
             save()
-    finally:
-        for name, value in shipped.items():
-            setattr(chunk_kernels, name, value)
     _progress(len(steps), len(steps), time.monotonic() - start, "done")
     save()
     return result

@@ -426,6 +426,22 @@ FLOAT32_DOTS = ("ieee", "tf32x3", "tf32")
 FLOAT32_DOT = "ieee"
 
 
+@contextlib.contextmanager
+def kernel_settings(**overrides):
+    """Inside the block the module-level settings named (LOW_PRECISION_INTERMEDIATES, FLOAT32_DOT) take the
+    given values, for the forward and for a backward run inside the block; the previous ones are back after
+    it, also after an error. The benchmark and the test matrix try the alternatives with it."""
+    unknown = sorted(set(overrides) - {"LOW_PRECISION_INTERMEDIATES", "FLOAT32_DOT"})
+    if unknown:
+        raise ValueError(f"kernel_settings takes LOW_PRECISION_INTERMEDIATES and FLOAT32_DOT, got {unknown}")
+    previous = {name: globals()[name] for name in overrides}
+    globals().update(overrides)
+    try:
+        yield
+    finally:
+        globals().update(previous)
+
+
 def _block_width(dim, widest=None):
     """A block width for a head dim: its next power of two, at least 16 (tl.dot's smallest), at most widest."""
     width = max(16, triton.next_power_of_2(dim))

@@ -142,6 +142,7 @@ class L2NormFunction(torch.autograd.Function):
         return y
 
     @staticmethod
+    @torch.autograd.function.once_differentiable                 # the backward kernel has no backward of its own
     def backward(ctx, dy):
         x, rstd = ctx.saved_tensors
         N, D = x.shape
@@ -178,9 +179,13 @@ def l2_normalize_triton(x, eps=L2NORM_EPS):
     refusal = _l2_kernel_refusal(x)
     if refusal is not None:
         raise ValueError(f"{refusal}; l2_normalize takes any floating-point x")
-    D = x.shape[-1]
+    return _l2_normalize_kernels(x, eps)
+
+
+def _l2_normalize_kernels(x, eps):
+    """The launch of both entry points, on checked arguments: the kernels on x's device, x viewed as rows."""
     with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
-        return L2NormFunction.apply(x.contiguous().view(-1, D), float(eps)).view(x.shape)
+        return L2NormFunction.apply(x.contiguous().view(-1, x.shape[-1]), float(eps)).view(x.shape)
 
 
 def l2_normalize(x, eps=L2NORM_EPS):
@@ -189,7 +194,7 @@ def l2_normalize(x, eps=L2NORM_EPS):
     Triton kernels for CUDA tensors the kernels take (l2_normalize_triton), else in PyTorch."""
     _check_l2_arguments(x, eps)
     if x.is_cuda and _l2_kernel_refusal(x) is None:
-        return l2_normalize_triton(x, eps)
+        return _l2_normalize_kernels(x, eps)
     y = x.to(compute_dtype(x))
     return (y * torch.rsqrt(y.square().sum(-1, keepdim=True) + eps)).to(x.dtype)
 

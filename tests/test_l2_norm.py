@@ -64,11 +64,15 @@ def test_zero_rows_and_eps():
 
 def test_l2_normalize_agrees_with_the_kernel():
     """l2_normalize (PyTorch on the CPU, float64 included; the kernels on a GPU) and the kernels agree to float32
-    rounding on the same float32 input."""
+    rounding with the formula written out here, and inputs the kernels refuse stay in PyTorch."""
     torch.manual_seed(2)
     x = torch.randn(5, 7, 48, device=DEVICE)
-    assert torch.allclose(l2_normalize(x), l2_normalize_triton(x), atol=1e-6, rtol=0)
+    by_hand = x * torch.rsqrt(x.square().sum(-1, keepdim=True) + L2NORM_EPS)
+    assert torch.allclose(l2_normalize(x), by_hand, atol=1e-6, rtol=0)
+    assert torch.allclose(l2_normalize_triton(x), by_hand, atol=1e-6, rtol=0)
     assert l2_normalize(x.double()).dtype == torch.float64
+    wide = torch.randn(3, 300, device=DEVICE)                            # D > 256: the kernels' limit
+    assert torch.allclose(l2_normalize(wide), wide * torch.rsqrt(wide.square().sum(-1, keepdim=True) + L2NORM_EPS))
 
 
 @pytest.mark.parametrize("x, eps, message", [

@@ -24,7 +24,8 @@ import argparse
 import json
 import sys
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -136,16 +137,8 @@ def under_test(fn, leaves, adjoints, case):
     return {"o": o, "ht": ht, **dict(zip(GRADS, grads))}
 
 
-@contextmanager
-def float32_intermediates():
-    """Inside the block chunk_gdn2 keeps its intermediates in float32 for 16-bit inputs too, in the forward and
-    in a backward run inside the block; the shipped setting is restored after it."""
-    shipped = chunk_kernels.LOW_PRECISION_INTERMEDIATES
-    chunk_kernels.LOW_PRECISION_INTERMEDIATES = False
-    try:
-        yield
-    finally:
-        chunk_kernels.LOW_PRECISION_INTERMEDIATES = shipped
+# inside the block chunk_gdn2 keeps its intermediates in float32 for 16-bit inputs too
+float32_intermediates = partial(chunk_kernels.kernel_settings, LOW_PRECISION_INTERMEDIATES=False)
 
 
 def judge(got, want):
