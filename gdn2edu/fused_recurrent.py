@@ -123,9 +123,10 @@ def l2_norm_bwd_kernel(x, rstd, dy, dx, N, D: tl.constexpr, BR: tl.constexpr, BD
     tl.store(dx + offsets, b_dx.to(dx.dtype.element_ty), mask=m)
 
 
-def _l2_norm_grid(N, D):
-    """Rows per program, the tile width and the grid for N rows of width D."""
-    BR = min(L2NORM_TILES["BR"], triton.next_power_of_2(N))
+def _row_grid(N, D, tiles):
+    """Rows per program (at most tiles["BR"]), the tile width and the grid for N rows of width D, one program
+    a block of whole rows: the L2 norm's, and Chapter 12's gated norm's."""
+    BR = min(tiles["BR"], triton.next_power_of_2(N))
     return BR, triton.next_power_of_2(D), (triton.cdiv(N, BR),)
 
 
@@ -135,7 +136,7 @@ class L2NormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, eps):
         N, D = x.shape
-        BR, BD, grid = _l2_norm_grid(N, D)
+        BR, BD, grid = _row_grid(N, D, L2NORM_TILES)
         y, rstd = torch.empty_like(x), x.new_empty(N, dtype=torch.float32)
         l2_norm_fwd_kernel[grid](x, y, rstd, eps, N, D=D, BR=BR, BD=BD, num_warps=L2NORM_TILES["num_warps"])
         ctx.save_for_backward(x, rstd)
@@ -146,7 +147,7 @@ class L2NormFunction(torch.autograd.Function):
     def backward(ctx, dy):
         x, rstd = ctx.saved_tensors
         N, D = x.shape
-        BR, BD, grid = _l2_norm_grid(N, D)
+        BR, BD, grid = _row_grid(N, D, L2NORM_TILES)
         dx = torch.empty_like(x)
         l2_norm_bwd_kernel[grid](x, rstd, dy.contiguous(), dx, N, D=D, BR=BR, BD=BD,
                                  num_warps=L2NORM_TILES["num_warps"])

@@ -14,7 +14,8 @@ if not torch.cuda.is_available():
 import triton
 import triton.language as tl
 
-from gdn2edu.fused_recurrent import _MAX_HEAD_DIM
+from gdn2edu.chunk_kernels import _on_device
+from gdn2edu.fused_recurrent import _MAX_HEAD_DIM, _row_grid
 from gdn2edu.short_conv import _check_triton_call
 
 NORM_TILES = dict(BR=16, num_warps=4)                # not yet tuned on a GPU
@@ -66,12 +67,6 @@ def gated_norm_bwd_kernel(x, gate, weight, rstd, dy, dx, dgate, dw, N, D: tl.con
     tl.store(dw + i_r.to(tl.int64) * D + o_d, tl.sum(b_dys * b_xhat, axis=0), mask=o_d < D)
 
 
-def _grid(N, D):
-    """Tiles and programs for N rows of width D: (BR, BD, (cdiv(N, BR),)), rows on the first grid axis."""
-    BR = min(NORM_TILES["BR"], triton.next_power_of_2(N))
-    return BR, triton.next_power_of_2(D), (triton.cdiv(N, BR),)
-
-
 class GatedNormFunction(torch.autograd.Function):
     """y = weight * x * rstd * sigmoid(gate) with the Triton kernels, x and gate contiguous [N, D], weight [D];
     saves rstd [N] (float32) and recomputes the rest in the backward."""
@@ -79,7 +74,7 @@ class GatedNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, gate, weight, eps):
         N, D = x.shape
-        BR, BD, grid = _grid(N, D)
+        BR, BD, grid = _row_grid(N, D, NORM_TILES)
         y, rstd = torch.empty_like(x), x.new_empty(N, dtype=torch.float32)
         gated_norm_fwd_kernel[grid](x, gate, weight, y, rstd, eps, N, D=D, BR=BR, BD=BD,
                                     num_warps=NORM_TILES["num_warps"])
@@ -90,7 +85,7 @@ class GatedNormFunction(torch.autograd.Function):
     def backward(ctx, dy):
         x, gate, weight, rstd = ctx.saved_tensors
         N, D = x.shape
-        BR, BD, grid = _grid(N, D)
+        BR, BD, grid = _row_grid(N, D, NORM_TILES)
         dx, dgate = torch.empty_like(x), torch.empty_like(gate)
         dw = x.new_empty(grid[0], D, dtype=torch.float32)
         gated_norm_bwd_kernel[grid](x, gate, weight, rstd, dy.contiguous(), dx, dgate, dw, N, D=D, BR=BR, BD=BD,
@@ -123,6 +118,7 @@ def rms_norm_gated_triton(x, gate, weight, eps=1e-5):
     _check_norm_inputs(x, gate, weight)
     _check_triton_call(x, dict(x=x, weight=weight), "at least one row", "RMSNormGated's PyTorch path (use_triton=False)")
     D = weight.shape[0]
-    y = GatedNormFunction.apply(x.contiguous().view(-1, D), gate.contiguous().view(-1, D), weight.contiguous(),
-                                float(eps))
+    with _on_device(x):
+        y = GatedNormFunction.apply(x.contiguous().view(-1, D), gate.contiguous().view(-1, D), weight.contiguous(),
+                                    float(eps))
     return y.view(x.shape)

@@ -14,7 +14,8 @@ if not torch.cuda.is_available():
 import triton
 import triton.language as tl
 
-from gdn2edu.fused_recurrent import _check_kernel_dtypes
+from gdn2edu.chunk_kernels import _on_device
+from gdn2edu.fused_recurrent import _INTERPRET, _check_kernel_dtypes
 
 CONV_TILES = dict(BT=64, BD=64, num_warps=4)         # not yet tuned on a GPU
 
@@ -179,7 +180,7 @@ def _check_triton_call(x, tensors, nonempty, pytorch_path):
     """What every Triton entry point of this chapter checks once its shapes are right: x on a CUDA device (or
     the interpreter selected), x not empty (``nonempty`` says what that means), and the tensors {name: tensor
     or None} in float32 or a 16-bit type (float64 belongs to ``pytorch_path``)."""
-    if x.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+    if x.device.type != "cuda" and not _INTERPRET:
         raise ValueError(f"x must be on a CUDA device for the Triton kernels, got {x.device} (or set "
                          "TRITON_INTERPRET=1 before importing gdn2edu)")
     if x.numel() == 0:
@@ -199,8 +200,9 @@ def short_conv_triton(x, weight, bias=None, state=None, output_final_state=True)
     B, T, D = x.shape
     W = weight.shape[-1]
     cached = state if W > 1 else None
-    y = ShortConvFunction.apply(x.contiguous(), weight.contiguous(), None if bias is None else bias.contiguous(),
-                                None if cached is None else cached.contiguous())
+    with _on_device(x):
+        y = ShortConvFunction.apply(x.contiguous(), weight.contiguous(), None if bias is None else bias.contiguous(),
+                                    None if cached is None else cached.contiguous())
     if not output_final_state:
         return y, None
     head = x.new_zeros(B, D, W - 1) if state is None else state.to(x.dtype)

@@ -7,7 +7,8 @@ import pytest
 import torch
 from test_short_conv import relative_errors
 
-from gdn2edu.gated_norm import _grid, rms_norm_gated_triton
+from gdn2edu.fused_recurrent import _row_grid
+from gdn2edu.gated_norm import NORM_TILES, rms_norm_gated_triton
 from gdn2edu.layers import GatedDeltaNet2, RMSNormGated
 
 
@@ -93,7 +94,7 @@ def test_strided_inputs_and_large_row_grid():
     x, gate = torch.randn(5, 16)[:, ::2], torch.randn(8, 5).T
     with torch.no_grad():
         assert (norm(x, gate, True) - norm(x, gate)).abs().max() < 1e-6
-    BR, BD, grid = _grid(70000 * 16, 8)
+    BR, BD, grid = _row_grid(70000 * 16, 8, NORM_TILES)
     assert len(grid) == 1 and grid[0] == 70000 and BD == 8
 
 

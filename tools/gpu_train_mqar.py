@@ -8,7 +8,7 @@ its own seed on fresh batches and is evaluated on a held-out batch from a separa
 what ran, not who wins; Chapter 12 plots it.
 
     python tools/gpu_train_mqar.py --out results/h200_mqar.json [--seeds 0 1 2] [--steps 1000] [--lr 1e-2]
-        [--warmup 100] [--[no-]cosine] [--budget 360] [--commit SHA] [--dtype bf16]
+        [--warmup 100] [--[no-]cosine] [--budget 360] [--commit SHA] [--dtype fp32]
 
 --budget caps the wall time in seconds: runs that would start after it are skipped and listed as such; seeds
 are the outermost loop, so every (task, member) runs once before any runs a second seed. TASKS, MODEL and
@@ -31,10 +31,10 @@ MEMBERS = ("deltanet", "gated_deltanet", "kda", "gdn2")
 # The settings the CPU pilot found to learn (tools/mqar_pilot.py, results/cpu_mqar_pilot.json, stage "members":
 # every member above 0.8 held-out accuracy on both tasks after 500 steps). The first run's settings (32 pairs
 # over 256 keys and 256 values, 2 layers of hidden 128 with 4 heads, 2000 steps at a constant lr 3e-3:
-# results/h200_mqar.json) ended every run below 5%. In the pilot, GDN2 on MQAR after 400 steps reached 0.73 with
+# results/h200_mqar_first_run.json) ended every run below 5%. In the pilot, GDN2 on MQAR after 400 steps reached 0.73 with
 # one layer at peak lr 1e-2, but under 0.08 at lr 3e-3 or with two layers (stage "probe"); at 32 pairs over 64
 # keys it reached 0.3 in 500 steps, DeltaNet 0.98 (stage "harder"). 1000 steps leave a margin over the pilot's
-# 500 and, at about 15-35 ms a launch-bound step, let 8 runs (one seed) fit a ~300 s budget.
+# 500; the run at these settings (results/h200_mqar.json, float32 as the pilot) records its own seconds a run.
 TASKS = {
     "mqar": dict(num_pairs=16, num_queries=16, num_keys=64, num_values=64, overwrites=0),
     "mqar_overwrite": dict(num_pairs=16, num_queries=16, num_keys=64, num_values=64, overwrites=8),
@@ -65,7 +65,8 @@ def build_parser():
     p.add_argument("--cosine", action=argparse.BooleanOptionalAction, default=TRAINING["cosine"],
                    help="cosine decay to 0 after the warm-up")
     p.add_argument("--budget", type=float, default=360.0, help="seconds of wall time for all runs")
-    p.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16", help="autocast dtype of the model")
+    p.add_argument("--dtype", choices=("bf16", "fp32"), default="fp32",
+                   help="autocast dtype of the model (fp32, as the pilot and the recorded run)")
     p.add_argument("--commit", default=None)
     p.add_argument("--tasks", nargs="+", choices=tuple(TASKS), default=list(TASKS))
     p.add_argument("--members", nargs="+", choices=MEMBERS, default=list(MEMBERS))
