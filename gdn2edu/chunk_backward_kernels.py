@@ -290,12 +290,14 @@ def _input_grads(q, k, g, b, f, do, P, dh, dA, dAqk, p: _Plan):
     return dq, dk, dg, db
 
 
-def _backward(q, k, v, g, b, w, initial_state, do, dht, p: _Plan, f=None):
-    """The whole backward on contiguous inputs: recompute the forward's intermediates (unless given as f, which
-    must hold G and ht), then the three launches. Returns (dq, dk, dv, dg, db, dw) in their inputs' types and
-    dh0 float32 or None."""
-    if f is None:
-        f = _forward_states(q, k, v, g, b, w, initial_state, True, p, store_G=True)
+def _backward(q, k, v, g, b, w, initial_state, do, dht, p: _Plan, kept=None):
+    """The whole backward on contiguous inputs: recompute the forward's intermediates, then the three launches.
+    kept: what the forward saved, a dict with the names of KEPT (the recomputation skips the intra launches)
+    or of SAVED (nothing is recomputed), or None (everything is). Returns (dq, dk, dv, dg, db, dw) in their
+    inputs' types and dh0 float32 or None."""
+    f = kept
+    if kept is None or set(kept) != set(SAVED):
+        f = _forward_states(q, k, v, g, b, w, initial_state, True, p, store_G=True, intra=kept)
     dR, dh, dh0 = _reverse_scan(f, do, dht, p, initial_state is not None)
     dv, dw, dA, dAqk, P = _local_pullback(v, w, f, do, dR, p)
     dq, dk, dg, db = _input_grads(q, k, g, b, f, do, P, dh, dA, dAqk, p)
@@ -322,15 +324,16 @@ def chunk_gdn2_backward_triton(q, k, v, g, b, w, do, scale=None, initial_state=N
         return _backward(q, k, v, g, b, w, initial_state, do, None if dht is None else dht.contiguous(), p)
 
 
-SAVED = ("A", "Aqk", "AE", "KG", "QG", "GN", "h", "R", "ht", "G", "flags")   # what the backward reads of the forward
+KEPT = ("A", "Aqk", "flags")             # what the forward keeps by default: the intra kernel's results
+SAVED = KEPT + ("AE", "KG", "QG", "GN", "h", "R", "ht", "G")   # all the backward reads of the forward
 
 
 class ChunkGDN2TritonFunction(torch.autograd.Function):
     """The Triton forward of Chapter 9 with the Triton backward of this chapter.
 
     apply(q, k, v, g, b, w, initial_state, plan, disable_recompute) -> (o, final state float32), plan from
-    chunk_kernels._plan. By default the forward saves only its inputs and the backward recomputes the
-    intermediates; disable_recompute=True keeps them from the forward instead (the same kernels, the same
+    chunk_kernels._plan. By default the forward saves its inputs and KEPT, and the backward recomputes the
+    other intermediates; disable_recompute=True keeps all of SAVED instead (the same kernels, the same
     types: the same gradients).
     """
 
@@ -340,8 +343,8 @@ class ChunkGDN2TritonFunction(torch.autograd.Function):
         with _on_device(q):
             f = _forward_states(q, k, v, g, b, w, initial_state, True, plan, store_G=disable_recompute)
             o = _forward_output(v, f, plan)
-        kept = tuple(f[name] for name in SAVED) if disable_recompute else ()
-        ctx.save_for_backward(q, k, v, g, b, w, initial_state, *kept)
+        ctx.kept_names = SAVED if disable_recompute else KEPT
+        ctx.save_for_backward(q, k, v, g, b, w, initial_state, *(f[name] for name in ctx.kept_names))
         ctx.plan = plan
         ctx.set_materialize_grads(False)
         return o, f["ht"]
@@ -350,10 +353,9 @@ class ChunkGDN2TritonFunction(torch.autograd.Function):
     def backward(ctx, do, dht):
         q, k, v, g, b, w, initial_state, *kept = ctx.saved_tensors
         do = torch.zeros_like(v) if do is None else do.contiguous()
-        f = dict(zip(SAVED, kept)) if kept else None
         with _on_device(q):
             grads = _backward(q, k, v, g, b, w, initial_state, do, None if dht is None else dht.contiguous(),
-                              ctx.plan, f)
+                              ctx.plan, dict(zip(ctx.kept_names, kept)))
         inputs = (q, k, v, g, b, w, initial_state)
         return (*(None if d is None else d.to(x.dtype) for d, x in zip(grads, inputs)), None, None)
 
@@ -368,8 +370,9 @@ def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_st
     cu_seqlens, initial_state is [B, H, K, V] or None; with cu_seqlens (int tensor [N + 1], B = 1) the N packed
     sequences run independently and the states are [N, H, K, V]. safe_gate=True takes the midpoint anchor on
     every sub-chunk unchecked and requires every g in [-5, 0] (lower_bound, if given, must lie in [-5, 0));
-    the default checks each chunk and is finite for every g <= 0. disable_recompute=True keeps the
-    forward's intermediates for the backward instead of recomputing them (more memory, the same gradients).
+    the default checks each chunk and is finite for every g <= 0. The forward keeps A and Aqk for the backward
+    and the backward recomputes the other intermediates; disable_recompute=True keeps them all instead
+    (more memory, the same gradients).
     FLA's options use_qk_l2norm_in_kernel and use_gate_in_kernel (g then holds raw logits; A_log [H], dt_bias
     [H * K], and lower_bound, if given, for the bounded gate; with safe_gate, lower_bound is required) are
     applied in PyTorch before the kernels by Chapter 8's apply_kernel_options, so autograd carries their

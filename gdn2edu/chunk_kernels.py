@@ -555,22 +555,29 @@ def _launch_intra(q, k, g, b, A, Aqk, flags, p: _Plan, mode):
         num_stages=INTRA_TILES["num_stages"])
 
 
-def _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p: _Plan, store_G=False):
-    """The intra, WY and scan launches on contiguous inputs. Returns the dict of their results: A, Aqk
-    [B, T, H, 64] float32; AE, QG, KG [B, T, H, K], AZ, R [B, T, H, V] and h [chunks, H, K, V] in p.store;
-    GN [chunks, H, K] float32; ht [N, H, K, V] float32 or None; G, the base-2 G from each chunk's start
-    [B, T, H, K] float32, if store_G (else None); flags [chunks, H] int32 from the intra kernel (None with
-    safe_gate)."""
+def _intra_states(q, k, g, b, p: _Plan):
+    """The intra launches on contiguous inputs. Returns the dict of their results: A, Aqk [B, T, H, 64]
+    float32 and flags [chunks, H] int32 (None with safe_gate)."""
+    A = torch.empty(p.B, p.T, p.H, 64, dtype=torch.float32, device=q.device)
+    Aqk = torch.empty_like(A)
+    flags = None if p.safe_gate else torch.empty(p.chunks.shape[0], p.H, dtype=torch.int32, device=q.device)
+    for mode in (0,) if p.safe_gate else (1, 2):     # midpoint (and flag), then token by token where flagged
+        _launch_intra(q, k, g, b, A, Aqk, flags, p, mode)
+    return dict(A=A, Aqk=Aqk, flags=flags)
+
+
+def _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p: _Plan, store_G=False, intra=None):
+    """The intra (unless their results are given as intra, the dict of _intra_states), WY and scan launches on
+    contiguous inputs. Returns the dict of their results: those of _intra_states; AE, QG, KG [B, T, H, K],
+    AZ, R [B, T, H, V] and h [chunks, H, K, V] in p.store; GN [chunks, H, K] float32; ht [N, H, K, V]
+    float32 or None; G, the base-2 G from each chunk's start [B, T, H, K] float32, if store_G (else None)."""
     BT = 64
     B, T, H, K, V = p.B, p.T, p.H, p.K, p.V
     BK = _block_width(K)
     BV = _scan_value_block(SCAN_TILES["BV"], p.N, H, V, q.device)
     n_chunks = p.chunks.shape[0]
-    A = torch.empty(B, T, H, BT, dtype=torch.float32, device=q.device)
-    Aqk = torch.empty_like(A)
-    flags = None if p.safe_gate else torch.empty(n_chunks, H, dtype=torch.int32, device=q.device)
-    for mode in (0,) if p.safe_gate else (1, 2):     # midpoint (and flag), then token by token where flagged
-        _launch_intra(q, k, g, b, A, Aqk, flags, p, mode)
+    f = _intra_states(q, k, g, b, p) if intra is None else intra
+    A = f["A"]
     like = dict(dtype=p.store, device=q.device)
     AE, KG, QG = (torch.empty(B, T, H, K, **like) for _ in range(3))
     AZ, R = torch.empty(B, T, H, V, **like), torch.empty(B, T, H, V, **like)
@@ -589,7 +596,7 @@ def _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p: _Pla
         num_warps=SCAN_TILES["num_warps"] if BK > 64 else 4,
         num_stages=SCAN_TILES["num_stages"] if p.store != torch.float32 and K <= 128 else 1)  # else they fill
     # shared memory: float32 tiles, or K = 256, where Triton 3.6 asked 288 KiB of an H200's 227 for four stages
-    return dict(A=A, Aqk=Aqk, AE=AE, AZ=AZ, KG=KG, QG=QG, GN=GN, h=h, R=R, ht=ht, G=G, flags=flags)
+    return dict(f, AE=AE, AZ=AZ, KG=KG, QG=QG, GN=GN, h=h, R=R, ht=ht, G=G)
 
 
 def _output_value_block(K, V):

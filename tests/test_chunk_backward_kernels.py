@@ -135,17 +135,29 @@ def test_no_grad_keeps_the_forward_only_path():
     assert o.grad_fn is not None
 
 
-def test_saved_intermediates_give_the_recomputed_gradients():
-    """disable_recompute=True skips the recomputation; the same float32 kernels give the same bits."""
+def test_saved_intermediates_give_the_recomputed_gradients(monkeypatch):
+    """The default keeps the intra kernel's results (the backward launches no intra kernel), disable_recompute
+    keeps everything, chunk_gdn2_backward_triton recomputes everything; the same float32 kernels give the same
+    bits."""
+    import gdn2edu.chunk_kernels as ck
+    from gdn2edu.chunk_backward_kernels import KEPT, SAVED, chunk_gdn2_backward_triton
+    launches = []
+    launch_intra = ck._launch_intra
+    monkeypatch.setattr(ck, "_launch_intra", lambda *args: launches.append(args[-1]) or launch_intra(*args))
     x = [t.float() for t in make_inputs(1, 70, 2, 16, 16, seed=8)]
     S0, do = torch.randn(1, 2, 16, 16), torch.randn(1, 70, 2, 16)
     results = []
-    for save in (False, True):
+    for save, kept in ((False, KEPT), (True, SAVED)):
         leaves = [t.clone().requires_grad_() for t in (*x, S0)]
         o, _ = chunk_gdn2(*leaves[:6], initial_state=leaves[6], disable_recompute=save)
+        assert len(o.grad_fn.saved_tensors) == 7 + len(kept)
+        launches.clear()
         results.append(torch.autograd.grad((o * do).sum(), leaves))
-    for recomputed, saved in zip(*results):
-        assert torch.equal(recomputed, saved)
+        assert launches == []                                   # neither backward recomputes A or Aqk
+    results.append(chunk_gdn2_backward_triton(*x, do, initial_state=S0))
+    assert launches == [1, 2]                                   # the recomputing one does, in both modes
+    for default, saved, recomputed in zip(*results):
+        assert torch.equal(default, saved) and torch.equal(default, recomputed)
 
 
 def test_half_precision_within_the_rewy_thresholds():
