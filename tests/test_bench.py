@@ -168,8 +168,11 @@ def test_checks_pass_near_float32_rounding():
 
 def test_fp32_dot_and_intermediates_are_set_for_the_run_recorded_and_restored(monkeypatch):
     """--fp32-dot and --fp32-intermediates set chunk_kernels.FLOAT32_DOT and LOW_PRECISION_INTERMEDIATES while the
-    steps run (seen from inside the check), record them in the settings, and put the shipped values back
-    afterwards; without them the run records the shipped ones."""
+    steps run (seen from inside the check), record them in the settings, and put the values from before the run
+    back afterwards; without them the run records those values. (The shipped values themselves are pinned, with
+    their reasons, in test_chunk_kernels.test_shipped_kernel_settings.)"""
+    before = (chunk_kernels.FLOAT32_DOT, chunk_kernels.LOW_PRECISION_INTERMEDIATES)
+    assert before != ("tf32x3", False)                     # else "set for the run" and "put back" look alike
     seen, check = [], bench.check_chunk
 
     def watched(*args, **kwargs):
@@ -180,9 +183,9 @@ def test_fp32_dot_and_intermediates_are_set_for_the_run_recorded_and_restored(mo
     run = run_benchmark([*TINY_CHECK, "--fp32-dot", "tf32x3", "--fp32-intermediates"])
     assert seen == [("tf32x3", False)] and run["checks"][0]["passed"] is True
     assert run["settings"]["fp32_dot"] == "tf32x3" and run["settings"]["low_precision_intermediates"] is False
-    assert chunk_kernels.FLOAT32_DOT == "ieee" and chunk_kernels.LOW_PRECISION_INTERMEDIATES is True
-    shipped = run_benchmark(["--device", "cpu", "--parts", "ceilings", "--budget", "1"])["settings"]
-    assert shipped["fp32_dot"] == "ieee" and shipped["low_precision_intermediates"] is True
+    assert (chunk_kernels.FLOAT32_DOT, chunk_kernels.LOW_PRECISION_INTERMEDIATES) == before
+    plain = run_benchmark(["--device", "cpu", "--parts", "ceilings", "--budget", "1"])["settings"]
+    assert (plain["fp32_dot"], plain["low_precision_intermediates"]) == before
 
 
 def test_bad_fp32_dot_is_refused(root):
