@@ -29,6 +29,7 @@ from gdn2edu import chunk_kernels
 from gdn2edu.bench_parts import EXTENSION_PARTS
 from gdn2edu.chunk_backward_kernels import BACKWARD_TILE_TABLES
 from gdn2edu.chunk_kernels import baseline_inputs
+from gdn2edu.inputs import validate_inputs
 
 # the forward's tile tables, recorded with every run beside the backward's BACKWARD_TILE_TABLES (a bound that
 # depends on them reads them from the run)
@@ -116,6 +117,10 @@ def measure_ms(fn, warmup=25, rep=100):
 
 def kernel_times(fn, repeats=20):
     """{kernel name: mean device time in ms per call of fn}, from the torch profiler (CUDA only)."""
+    if not callable(fn):
+        raise ValueError(f"fn must be a function of no arguments, got {type(fn).__name__}")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be a positive int, got {repeats!r}")
     fn()
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
@@ -136,7 +141,14 @@ FORWARD_KERNELS = {"intra": "chunk_gdn2_fwd_intra_kernel", "wy": "chunk_gdn2_fwd
 def kernel_split(fn, kernels, repeats=20):
     """Per-kernel device time (ms) of one call of fn: for each short name of ``kernels`` ({short: kernel name}),
     the time of the kernels whose name contains it, and "other" (all else the profiler saw, e.g. copies).
-    CUDA only."""
+    CUDA only. No kernel name may lie inside another (its kernels would count twice)."""
+    if (not isinstance(kernels, dict) or not kernels or "other" in kernels
+            or not all(isinstance(x, str) and x for item in kernels.items() for x in item)):
+        raise ValueError(f'kernels must be a non-empty {{short name: kernel name}} of non-empty strings without the '
+                         f'short name "other", got {kernels!r}')
+    names = list(kernels.values())
+    if any(i != j and a in b for i, a in enumerate(names) for j, b in enumerate(names)):
+        raise ValueError(f"kernels' names must be distinct and none inside another, got {kernels!r}")
     times = kernel_times(fn, repeats)
     row = {short: sum(ms for name, ms in times.items() if full in name) for short, full in kernels.items()}
     row["other"] = sum(times.values()) - sum(row.values())
@@ -168,6 +180,7 @@ BACKWARD_KERNELS = {"intra": "chunk_gdn2_fwd_intra_kernel", "wy": "chunk_gdn2_fw
 def backward_call(q, k, v, g, b, w):
     """chunk_gdn2's backward alone, as a function of no arguments: the gradients onto q, k, g, b [B, T, H, K]
     and v, w [B, T, H, V] for one random cotangent of o, on the graph of one forward kept between calls."""
+    validate_inputs(q, k, v, g, b, w)                   # before detach(): the errors name the argument
     leaves = [x.detach().requires_grad_() for x in (q, k, v, g, b, w)]
     o = gdn2edu.chunk_gdn2(*leaves)[0]
     do = torch.randn_like(o)
@@ -281,6 +294,12 @@ def check_chunk(inputs, seed=1):
     [B, T, H, V]) with a random initial state [B, H, K, V], against float64 autograd through chunk_gdn2_explicit(..., backward="rewy")
     on the same rounded inputs: o, the final state ht and the gradients of <o, do> + <ht, dht> onto the inputs and
     the initial state (dq ... dw, dh0). Returns {"rel_l2": {name: error}, "thresholds", "finite", "passed"}."""
+    if not isinstance(inputs, (tuple, list)) or len(inputs) != 6:     # a seventh would replace the initial state
+        got = f"{len(inputs)} items" if isinstance(inputs, (tuple, list)) else type(inputs).__name__
+        raise ValueError(f"inputs must be the six tensors (q, k, v, g, b, w) that baseline_inputs returns, got {got}")
+    validate_inputs(*inputs)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed must be an int, got {seed!r}")
     q, v = inputs[0], inputs[2]
     (B, T, H, K), V = q.shape, v.shape[-1]
     gen = torch.Generator(device=q.device).manual_seed(seed)

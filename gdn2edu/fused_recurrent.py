@@ -154,12 +154,19 @@ class L2NormFunction(torch.autograd.Function):
         return dx, None
 
 
+L2NORM_MIN_EPS = torch.finfo(torch.float32).tiny    # float32's smallest normal number, about 1.2e-38
+
+
 def _check_l2_arguments(x, eps):
-    """ValueErrors naming the argument unless x is a floating-point tensor [..., D] and eps a finite number >= 0."""
+    """ValueErrors naming the argument unless x is a floating-point tensor [..., D] and eps a finite number
+    >= L2NORM_MIN_EPS. eps = 0 makes a zero row 0/0 = NaN; so does any eps that rounds to 0 in float32, where
+    the kernels and the PyTorch path for 16- and 32-bit x add it; the bound keeps both paths' answers finite."""
     _check_float_tensor("x", x, "[..., D]")
     if x.dim() == 0:
         raise ValueError("x must have at least one dim [..., D] (it is normalised over the last), got a 0-dim tensor")
-    _check_finite_number("eps", eps, 0, float("inf"), "a finite number >= 0")
+    _check_finite_number("eps", eps, L2NORM_MIN_EPS, float("inf"),
+                         f"a finite number >= {L2NORM_MIN_EPS:.3g} (float32's smallest normal number; with eps = 0 "
+                         "a zero row is 0/0 = NaN)")
 
 
 def _l2_kernel_refusal(x):
@@ -175,7 +182,8 @@ def _l2_kernel_refusal(x):
 
 def l2_normalize_triton(x, eps=L2NORM_EPS):
     """l2_normalize with the Triton kernels (in the interpreter when there is no GPU). x: [..., D] float32,
-    bfloat16 or float16 with 1 <= D <= 256, at least one row; returns x's dtype, differentiable in x."""
+    bfloat16 or float16 with 1 <= D <= 256, at least one row; eps: a finite number >= L2NORM_MIN_EPS, as
+    l2_normalize's. Returns x's dtype, differentiable in x."""
     _check_l2_arguments(x, eps)
     refusal = _l2_kernel_refusal(x)
     if refusal is not None:
@@ -191,7 +199,8 @@ def _l2_normalize_kernels(x, eps):
 
 def l2_normalize(x, eps=L2NORM_EPS):
     """x / sqrt(sum(x^2) + eps) over the last dim: FLA's use_qk_l2norm_in_kernel. x: [..., D], floating point;
-    eps: a finite number >= 0. Computes in float32 (float64 for float64 x) and returns x's dtype: with the
+    eps: a finite number >= L2NORM_MIN_EPS (float32's smallest normal number, about 1.2e-38), so that a zero row
+    maps to zero and not to 0/0 = NaN. Computes in float32 (float64 for float64 x) and returns x's dtype: with the
     Triton kernels for CUDA tensors the kernels take (l2_normalize_triton), else in PyTorch."""
     _check_l2_arguments(x, eps)
     if x.is_cuda and _l2_kernel_refusal(x) is None:

@@ -61,9 +61,21 @@ def mqar_accuracy(model, inputs, labels):
     return (logits.argmax(-1)[mask] == labels[mask]).float().mean().item()
 
 
+def _check_schedule(steps, warmup, cosine):
+    """ValueErrors naming the argument unless steps is an int >= 1, warmup an int in [0, steps] (a longer
+    warm-up would never reach the peak) and cosine a bool."""
+    _check_count("steps", steps, 1, 1 << 30)
+    _check_count("warmup", warmup, 0, steps)
+    if not isinstance(cosine, bool):
+        raise ValueError(f"cosine must be a bool, got {cosine!r}")
+
+
 def lr_factor(step, steps, warmup=0, cosine=False):
     """The learning rate of ``step`` (0-based) as a fraction of the peak: linear warm-up over ``warmup`` steps,
-    then constant, or with ``cosine`` a half cosine from 1 down to 0 at ``steps``."""
+    then constant, or with ``cosine`` a half cosine from 1 down to 0 at ``steps``. step: an int in [0, steps]
+    (the scheduler asks for step = steps after the last step); steps >= 1; warmup in [0, steps]; cosine a bool."""
+    _check_schedule(steps, warmup, cosine)
+    _check_count("step", step, 0, steps)
     if step < warmup:
         return (step + 1) / warmup
     if not cosine:
@@ -77,8 +89,7 @@ def train_mqar(model, task, steps, batch_size=32, lr=3e-3, weight_decay=0.1, see
     at peak ``lr`` under lr_factor(step, steps, warmup, cosine).
 
     Returns {"loss": [per step], "accuracy": held-out accuracy, "seconds": wall time}."""
-    _check_count("steps", steps, 1, 1 << 30)
-    _check_count("warmup", warmup, 0, steps)
+    _check_schedule(steps, warmup, cosine)
     gen = torch.Generator().manual_seed(seed)
     device = next(model.parameters()).device
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)

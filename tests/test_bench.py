@@ -168,8 +168,11 @@ def test_checks_pass_near_float32_rounding():
 
 def test_fp32_dot_and_intermediates_are_set_for_the_run_recorded_and_restored(monkeypatch):
     """--fp32-dot and --fp32-intermediates set chunk_kernels.FLOAT32_DOT and LOW_PRECISION_INTERMEDIATES while the
-    steps run (seen from inside the check), record them in the settings, and put the shipped values back
-    afterwards; without them the run records the shipped ones."""
+    steps run (seen from inside the check), record them in the settings, and put the values from before the run
+    back afterwards; without them the run records those values. (The shipped values themselves are pinned, with
+    their reasons, in test_chunk_kernels.test_shipped_kernel_settings.)"""
+    before = (chunk_kernels.FLOAT32_DOT, chunk_kernels.LOW_PRECISION_INTERMEDIATES)
+    assert before != ("tf32x3", False)                     # else "set for the run" and "put back" look alike
     seen, check = [], bench.check_chunk
 
     def watched(*args, **kwargs):
@@ -180,9 +183,9 @@ def test_fp32_dot_and_intermediates_are_set_for_the_run_recorded_and_restored(mo
     run = run_benchmark([*TINY_CHECK, "--fp32-dot", "tf32x3", "--fp32-intermediates"])
     assert seen == [("tf32x3", False)] and run["checks"][0]["passed"] is True
     assert run["settings"]["fp32_dot"] == "tf32x3" and run["settings"]["low_precision_intermediates"] is False
-    assert chunk_kernels.FLOAT32_DOT == "ieee" and chunk_kernels.LOW_PRECISION_INTERMEDIATES is True
-    shipped = run_benchmark(["--device", "cpu", "--parts", "ceilings", "--budget", "1"])["settings"]
-    assert shipped["fp32_dot"] == "ieee" and shipped["low_precision_intermediates"] is True
+    assert (chunk_kernels.FLOAT32_DOT, chunk_kernels.LOW_PRECISION_INTERMEDIATES) == before
+    plain = run_benchmark(["--device", "cpu", "--parts", "ceilings", "--budget", "1"])["settings"]
+    assert (plain["fp32_dot"], plain["low_precision_intermediates"]) == before
 
 
 def test_bad_fp32_dot_is_refused(root):
@@ -222,6 +225,55 @@ def test_cpu_checks_and_backward_breakdown_say_what_they_need():
     assert row["status"] == "needs a GPU (per-kernel times of the Triton backward)"
     assert {"BWD_SCAN_TILES", "BWD_LOCAL_TILES", "BWD_INPUTS_TILES", "SCAN_TILES"} <= set(run["settings"]["tiles"])
     assert main(argv) == 0 and bench.failed_checks(run) == []
+
+
+SIX = chunk_kernels.baseline_inputs(1, 64, 1, 16, 16, dtype=torch.float32, device="cpu")
+
+
+@pytest.mark.parametrize("kernels, message", [
+    ({}, "kernels must be a non-empty"),
+    (["chunk_gdn2_fwd_wy_kernel"], "kernels must be a non-empty"),
+    ({"wy": 3}, "kernels must be a non-empty"),
+    ({"wy": ""}, "kernels must be a non-empty"),                          # "" is inside every name
+    ({"other": "chunk_gdn2_fwd_wy_kernel"}, 'without the short name "other"'),
+    ({"scan": "scan", "fwd_scan": "chunk_gdn2_fwd_scan_kernel"}, "none inside another"),
+    ({"a": "chunk_gdn2_fwd_wy_kernel", "b": "chunk_gdn2_fwd_wy_kernel"}, "distinct"),
+])
+def test_kernel_split_refuses_tables_that_would_miscount(kernels, message):
+    """Checked before anything runs (so on the CPU too): a table that would count a kernel twice, or make the
+    row's "other" ambiguous, is refused by name."""
+    calls = []
+    with pytest.raises(ValueError, match=message):
+        bench.kernel_split(lambda: calls.append(1), kernels)
+    assert calls == []
+
+
+@pytest.mark.parametrize("fn, repeats, message", [(None, 20, "fn must be a function"),
+                                                  (lambda: None, 0, "repeats must be a positive int, got 0"),
+                                                  (lambda: None, 2.0, "repeats must be a positive int, got 2.0")])
+def test_kernel_times_names_fn_and_repeats(fn, repeats, message):
+    with pytest.raises(ValueError, match=message):
+        bench.kernel_split(fn, bench.FORWARD_KERNELS, repeats)
+
+
+def test_backward_call_names_its_arguments():
+    """validate_inputs' errors, before the leaves are made (an integer tensor cannot require a gradient)."""
+    with pytest.raises(ValueError, match="^g must be a floating-point tensor"):
+        bench.backward_call(*SIX[:3], SIX[3].long(), *SIX[4:])
+    with pytest.raises(ValueError, match="^w must have the shape of v"):
+        bench.backward_call(*SIX[:5], SIX[5][:, :32])
+
+
+@pytest.mark.parametrize("inputs, seed, message", [
+    ((*SIX, torch.zeros(1, 1, 16, 16)), 1, r"^inputs must be the six tensors .* got 7 items"),  # not the state
+    (SIX[:5], 1, r"^inputs must be the six tensors .* got 5 items"),
+    (dict(zip("qkvgbw", SIX)), 1, r"^inputs must be the six tensors .* got dict"),
+    ((SIX[0][..., :8], *SIX[1:]), 1, "^k must have the shape of q"),
+    (SIX, 1.5, "^seed must be an int, got 1.5"),
+])
+def test_check_chunk_names_bad_inputs(inputs, seed, message):
+    with pytest.raises(ValueError, match=message):
+        bench.check_chunk(inputs, seed)
 
 
 @pytest.mark.parametrize("shapes", ["1x8192", "0x64x2", "1x64xH", "axbxc", ""])

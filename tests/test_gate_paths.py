@@ -123,3 +123,21 @@ def test_matrix_float32_intermediates_switch():
     with pytest.raises(RuntimeError), matrix.float32_intermediates():
         raise RuntimeError("inside the block")
     assert chunk_kernels.LOW_PRECISION_INTERMEDIATES == shipped
+
+
+def test_matrix_fp32_dot_holds_for_the_run_and_is_restored(monkeypatch, tmp_path):
+    """--fp32-dot sets chunk_kernels.FLOAT32_DOT for the run (seen where the run asks for a GPU) through
+    kernel_settings, as --fp32-intermediates does, so the value from before is back after main, here after the
+    SystemExit of a machine without a GPU: a later call in the same process runs with its own setting."""
+    from gdn2edu import chunk_kernels
+    before, seen = chunk_kernels.FLOAT32_DOT, []
+    other = next(dot for dot in chunk_kernels.FLOAT32_DOTS if dot != before)
+
+    def no_gpu():
+        seen.append(chunk_kernels.FLOAT32_DOT)
+        return False
+
+    monkeypatch.setattr(matrix.torch.cuda, "is_available", no_gpu)
+    with pytest.raises(SystemExit, match="needs a CUDA device"):
+        matrix.main(["--out", str(tmp_path / "matrix.json"), "--fp32-dot", other])
+    assert seen == [other] and chunk_kernels.FLOAT32_DOT == before

@@ -4,7 +4,7 @@ against float64 autograd, tails and odd widths, zero rows, and the argument chec
 import pytest
 import torch
 
-from gdn2edu.fused_recurrent import L2NORM_EPS, l2_normalize, l2_normalize_triton
+from gdn2edu.fused_recurrent import L2NORM_EPS, L2NORM_MIN_EPS, l2_normalize, l2_normalize_triton
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"      # the interpreter runs the kernels on the CPU
 
@@ -87,3 +87,23 @@ def test_l2_normalize_agrees_with_the_kernel():
 def test_bad_arguments_are_named(x, eps, message):
     with pytest.raises(ValueError, match=message):
         l2_normalize_triton(x, eps)
+
+
+@pytest.mark.parametrize("entry", [l2_normalize, l2_normalize_triton])
+@pytest.mark.parametrize("eps", [0, 0.0, 1e-50])
+def test_eps_that_makes_a_zero_row_nan_is_refused(entry, eps):
+    """eps = 0 divides a zero row by 0; 1e-50 > 0 rounds to 0 in float32, where both paths add eps, and does
+    the same. Both entry points refuse them with one message naming eps, what came and the bound."""
+    with pytest.raises(ValueError, match=r"^eps must be a finite number >= 1\.18e-38 .*got " + repr(eps) + "$"):
+        entry(torch.zeros(2, 8, device=DEVICE), eps)
+
+
+@pytest.mark.parametrize("entry", [l2_normalize, l2_normalize_triton])
+def test_smallest_eps_keeps_a_zero_row_finite(entry):
+    """At the bound, float32's smallest normal number, a zero row maps to zero in both paths, and so does the
+    PyTorch path in float64."""
+    x = torch.zeros(2, 8, device=DEVICE)
+    x[1] = torch.arange(8.0)
+    y = entry(x, L2NORM_MIN_EPS)
+    assert torch.equal(y[0], torch.zeros(8, device=DEVICE)) and torch.isfinite(y).all()
+    assert torch.equal(l2_normalize(x.double(), L2NORM_MIN_EPS)[0], torch.zeros(8, dtype=torch.float64, device=DEVICE))

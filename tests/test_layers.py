@@ -3,6 +3,7 @@
 import argparse
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -342,9 +343,34 @@ def test_lr_schedule():
     assert cosine[-1] == pytest.approx(0.5 * (1 + math.cos(math.pi * 7 / 8)))
     model = GDN2LM(vocab_size=16, hidden_size=16, num_layers=1, head_dim=8, num_heads=2, mlp_ratio=2)
     task = dict(num_pairs=2, num_queries=2, num_keys=8, num_values=8)
-    for kwargs, word in ((dict(steps=0), "steps"), (dict(steps=4, warmup=5), "warmup")):
+    for kwargs, word in ((dict(steps=0), "steps"), (dict(steps=4, warmup=5), "warmup"),
+                         (dict(steps=4, cosine="yes"), "cosine")):
         with pytest.raises(ValueError, match=word):
             train_mqar(model, task, **kwargs)
+
+
+@pytest.mark.parametrize("args, message", [
+    ((0, 10, 20), "warmup must be an int in [0, 10], got 20"),          # would never reach the peak
+    ((0, 10, -1), "warmup must be an int in [0, 10], got -1"),
+    ((0, 0), "steps must be an int in [1, 1073741824], got 0"),
+    ((0, 10.0), "steps must be an int in [1, 1073741824], got 10.0"),
+    ((0, True), "steps must be an int in [1, 1073741824], got True"),
+    ((-1, 10), "step must be an int in [0, 10], got -1"),
+    ((11, 10), "step must be an int in [0, 10], got 11"),
+    ((2.5, 10), "step must be an int in [0, 10], got 2.5"),
+    ((0, 10, 2, 1), "cosine must be a bool, got 1"),
+    ((0, 10, 2, None), "cosine must be a bool, got None"),
+])
+def test_lr_factor_names_bad_arguments(args, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        lr_factor(*args)
+
+
+def test_lr_factor_at_the_ends():
+    """The scheduler asks for step = steps after the last step: the cosine is 0 there; a warm-up as long as the
+    run reaches the peak on its last step."""
+    assert lr_factor(10, 10, 2, True) == pytest.approx(0.0, abs=1e-15)
+    assert lr_factor(9, 10, 10) == 1.0
 
 
 def load_tool(root, name):

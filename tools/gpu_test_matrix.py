@@ -17,7 +17,8 @@ intermediates cost in accuracy is then on record beside the shipped setting.
         [--fp32-dot ieee|tf32x3|tf32] [--commit SHA] [--budget S] [--cases 14-22] [--skip-large]
 
 ``--fp32-dot`` sets the precision of our kernels' products with float32 inputs for the whole run
-(``chunk_kernels.FLOAT32_DOT``; Chapter 11 says why one would try another) and the file records it.
+(``chunk_kernels.FLOAT32_DOT``, through ``chunk_kernels.kernel_settings``, so the previous value is back after
+``main`` returns or raises; Chapter 11 says why one would try another) and the file records it.
 """
 
 import argparse
@@ -202,10 +203,15 @@ def main(argv=None):
                    help="input_precision of our kernels' products with float32 inputs (default: "
                         f"chunk_kernels.FLOAT32_DOT, {chunk_kernels.FLOAT32_DOT!r} as shipped)")
     args = p.parse_args(argv)
-    if args.fp32_dot is not None:
-        chunk_kernels.FLOAT32_DOT = args.fp32_dot
     if args.budget <= 0:
         raise ValueError(f"--budget must be positive, got {args.budget}")
+    dot = {} if args.fp32_dot is None else {"FLOAT32_DOT": args.fp32_dot}
+    with chunk_kernels.kernel_settings(**dot):        # the setting before the run is back after it, even on error
+        return run_matrix(args, argv)
+
+
+def run_matrix(args, argv):
+    """The run of main's parsed arguments: every chosen case, written to args.out; 1 if one of ours failed."""
     if not torch.cuda.is_available():
         raise SystemExit("gpu_test_matrix needs a CUDA device")
     device = torch.device("cuda")
