@@ -7,7 +7,7 @@ import torch
 
 from gdn2edu.chunk_kernels import (INTRA_TILES, WY_TILES, _Plan, _block_width, _chunk_of_program,
                                    _forward_output, _forward_states, _load, _load_tile, _on_device, _plan,
-                                   _scan_states, _scan_value_block, _tile, _wy_states, chunk_gdn2_fwd)
+                                   _scan_value_block, _tile, chunk_gdn2_fwd)
 from gdn2edu.fused_recurrent import apply_kernel_options
 
 import triton                        # after gdn2edu.chunk_kernels, which selects the interpreter without a GPU
@@ -290,36 +290,15 @@ def _input_grads(q, k, g, b, f, do, P, dh, dA, dAqk, p: _Plan):
     return dq, dk, dg, db
 
 
-_SIDE_STREAMS = {}     # one second stream per GPU
-
-
-def _side_stream(x):
-    """A second CUDA stream on x's GPU that first waits for everything queued so far on the current stream, so
-    that launches on it may run beside the next ones on the current stream; None off CUDA (the interpreter
-    runs launches one after another)."""
-    if not x.is_cuda:
-        return None
-    side = _SIDE_STREAMS.setdefault(x.device, torch.cuda.Stream(x.device))
-    side.wait_stream(torch.cuda.current_stream(x.device))
-    return side
-
-
 def _backward(q, k, v, g, b, w, initial_state, do, dht, p: _Plan, kept=None):
-    """The whole backward on contiguous inputs: recompute the forward's intermediates (on a GPU the forward scan
-    runs on a second stream, beside the reverse scan), then the local and inputs launches. kept: what the
-    forward saved, a dict with the names of KEPT (the recomputation skips the intra launches)
+    """The whole backward on contiguous inputs: recompute the forward's intermediates, then the three launches.
+    kept: what the forward saved, a dict with the names of KEPT (the recomputation skips the intra launches)
     or of SAVED (nothing is recomputed), or None (everything is). Returns (dq, dk, dv, dg, db, dw) in their
     inputs' types and dh0 float32 or None."""
-    if kept is not None and set(kept) == set(SAVED):
-        f = kept
-        dR, dh, dh0 = _reverse_scan(f, do, dht, p, initial_state is not None)
-    else:
-        f = _wy_states(q, k, v, g, b, w, p, store_G=True, intra=kept)
-        side = _side_stream(q)      # the forward scan beside the reverse scan: neither reads what the other writes
-        _scan_states(f, initial_state, True, p, stream=side)
-        dR, dh, dh0 = _reverse_scan(f, do, dht, p, initial_state is not None)
-        if side is not None:
-            torch.cuda.current_stream(q.device).wait_stream(side)
+    f = kept
+    if kept is None or set(kept) != set(SAVED):
+        f = _forward_states(q, k, v, g, b, w, initial_state, True, p, store_G=True, intra=kept)
+    dR, dh, dh0 = _reverse_scan(f, do, dht, p, initial_state is not None)
     dv, dw, dA, dAqk, P = _local_pullback(v, w, f, do, dR, p)
     dq, dk, dg, db = _input_grads(q, k, g, b, f, do, P, dh, dA, dAqk, p)
     return dq, dk, dv, dg, db, dw, dh0

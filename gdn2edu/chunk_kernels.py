@@ -566,51 +566,37 @@ def _intra_states(q, k, g, b, p: _Plan):
     return dict(A=A, Aqk=Aqk, flags=flags)
 
 
-def _wy_states(q, k, v, g, b, w, p: _Plan, store_G=False, intra=None):
-    """The intra (unless their results are given as intra, the dict of _intra_states) and WY launches on
-    contiguous inputs. Returns the dict of their results: those of _intra_states; AE, QG, KG [B, T, H, K] and
-    AZ [B, T, H, V] in p.store; GN [chunks, H, K] float32; G, the base-2 G from each chunk's start
-    [B, T, H, K] float32, if store_G (else None)."""
-    B, T, H, K, V = p.B, p.T, p.H, p.K, p.V
-    n_chunks = p.chunks.shape[0]
-    f = _intra_states(q, k, g, b, p) if intra is None else intra
-    like = dict(dtype=p.store, device=q.device)
-    AE, KG, QG = (torch.empty(B, T, H, K, **like) for _ in range(3))
-    AZ = torch.empty(B, T, H, V, **like)
-    GN = torch.empty(n_chunks, H, K, dtype=torch.float32, device=q.device)
-    G = torch.empty(B, T, H, K, dtype=torch.float32, device=q.device) if store_G else None
-    chunk_gdn2_fwd_wy_kernel[(n_chunks, H)](
-        q, k, v, g, b, w, f["A"], AE, AZ, KG, QG, GN, G, p.cu, p.chunks, p.scale, H=H, K=K, V=V, BT=64,
-        BK=min(_block_width(K), WY_TILES["BK"]), BV=_block_width(V, WY_TILES["BV"]),
-        STORE_G=store_G, DOT=p.DOT, num_warps=WY_TILES["num_warps"], num_stages=2)
-    return dict(f, AE=AE, AZ=AZ, KG=KG, QG=QG, GN=GN, G=G)
-
-
-def _scan_states(f, initial_state, output_final_state, p: _Plan, stream=None):
-    """The scan launch on the dict f of _wy_states, on `stream` (a CUDA stream; None: the current one); its
-    buffers are allocated on the current stream. Adds to f h [chunks, H, K, V] and R [B, T, H, V] in p.store
-    and ht [N, H, K, V] float32 or None; returns f."""
+def _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p: _Plan, store_G=False, intra=None):
+    """The intra (unless their results are given as intra, the dict of _intra_states), WY and scan launches on
+    contiguous inputs. Returns the dict of their results: those of _intra_states; AE, QG, KG [B, T, H, K],
+    AZ, R [B, T, H, V] and h [chunks, H, K, V] in p.store; GN [chunks, H, K] float32; ht [N, H, K, V]
+    float32 or None; G, the base-2 G from each chunk's start [B, T, H, K] float32, if store_G (else None)."""
+    BT = 64
     B, T, H, K, V = p.B, p.T, p.H, p.K, p.V
     BK = _block_width(K)
-    BV = _scan_value_block(SCAN_TILES["BV"], p.N, H, V, f["AE"].device)
-    like = dict(dtype=p.store, device=f["AE"].device)
-    f.update(h=torch.empty(p.chunks.shape[0], H, K, V, **like), R=torch.empty(B, T, H, V, **like),
-             ht=torch.empty(p.N, H, K, V, dtype=torch.float32, device=like["device"]) if output_final_state else None)
+    BV = _scan_value_block(SCAN_TILES["BV"], p.N, H, V, q.device)
+    n_chunks = p.chunks.shape[0]
+    f = _intra_states(q, k, g, b, p) if intra is None else intra
+    A = f["A"]
+    like = dict(dtype=p.store, device=q.device)
+    AE, KG, QG = (torch.empty(B, T, H, K, **like) for _ in range(3))
+    AZ, R = torch.empty(B, T, H, V, **like), torch.empty(B, T, H, V, **like)
+    GN = torch.empty(n_chunks, H, K, dtype=torch.float32, device=q.device)
+    h = torch.empty(n_chunks, H, K, V, **like)
+    G = torch.empty(B, T, H, K, dtype=torch.float32, device=q.device) if store_G else None
+    chunk_gdn2_fwd_wy_kernel[(n_chunks, H)](
+        q, k, v, g, b, w, A, AE, AZ, KG, QG, GN, G, p.cu, p.chunks, p.scale, H=H, K=K, V=V, BT=BT,
+        BK=min(BK, WY_TILES["BK"]), BV=_block_width(V, WY_TILES["BV"]),
+        STORE_G=store_G, DOT=p.DOT, num_warps=WY_TILES["num_warps"], num_stages=2)
     h0 = initial_state.to(torch.float32).contiguous() if initial_state is not None else None
-    with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-        chunk_gdn2_fwd_scan_kernel[(triton.cdiv(V, BV), p.N * H)](
-            f["AE"], f["AZ"], f["KG"], f["GN"], f["h"], f["R"], h0, f["ht"], p.cu, p.chunk_offsets, H=H, K=K, V=V,
-            BT=64, BK=BK, BV=BV, USE_INITIAL_STATE=h0 is not None, STORE_FINAL_STATE=f["ht"] is not None,
-            DOT=p.DOT, num_warps=SCAN_TILES["num_warps"] if BK > 64 else 4,
-            num_stages=SCAN_TILES["num_stages"] if p.store != torch.float32 and K <= 128 else 1)  # else they fill
+    ht = q.new_empty(p.N, H, K, V, dtype=torch.float32) if output_final_state else None
+    chunk_gdn2_fwd_scan_kernel[(triton.cdiv(V, BV), p.N * H)](
+        AE, AZ, KG, GN, h, R, h0, ht, p.cu, p.chunk_offsets, H=H, K=K, V=V, BT=BT, BK=BK, BV=BV,
+        USE_INITIAL_STATE=h0 is not None, STORE_FINAL_STATE=ht is not None, DOT=p.DOT,
+        num_warps=SCAN_TILES["num_warps"] if BK > 64 else 4,
+        num_stages=SCAN_TILES["num_stages"] if p.store != torch.float32 and K <= 128 else 1)  # else they fill
     # shared memory: float32 tiles, or K = 256, where Triton 3.6 asked 288 KiB of an H200's 227 for four stages
-    return f
-
-
-def _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p: _Plan, store_G=False, intra=None):
-    """The intra (unless given as intra), WY and scan launches on contiguous inputs: the dict of _wy_states
-    with _scan_states' h, R and ht."""
-    return _scan_states(_wy_states(q, k, v, g, b, w, p, store_G, intra), initial_state, output_final_state, p)
+    return dict(f, AE=AE, AZ=AZ, KG=KG, QG=QG, GN=GN, h=h, R=R, ht=ht, G=G)
 
 
 def _output_value_block(K, V):
