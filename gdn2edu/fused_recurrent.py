@@ -157,16 +157,22 @@ class L2NormFunction(torch.autograd.Function):
 L2NORM_MIN_EPS = torch.finfo(torch.float32).tiny    # float32's smallest normal number, about 1.2e-38
 
 
-def _check_l2_arguments(x, eps):
-    """ValueErrors naming the argument unless x is a floating-point tensor [..., D] and eps a finite number
-    >= L2NORM_MIN_EPS. eps = 0 makes a zero row 0/0 = NaN; so does any eps that rounds to 0 in float32, where
-    the kernels and the PyTorch path for 16- and 32-bit x add it; the bound keeps both paths' answers finite."""
-    _check_float_tensor("x", x, "[..., D]")
-    if x.dim() == 0:
-        raise ValueError("x must have at least one dim [..., D] (it is normalised over the last), got a 0-dim tensor")
+def _check_norm_eps(eps):
+    """A ValueError naming eps unless it is a finite number >= L2NORM_MIN_EPS: a norm x * rsqrt(s(x) + eps)
+    turns a zero row into 0 * inf = NaN when eps is 0 or rounds to 0 in float32, where the kernels add it
+    (Chapter 12's gated norm takes the same bound)."""
     _check_finite_number("eps", eps, L2NORM_MIN_EPS, float("inf"),
                          f"a finite number >= {L2NORM_MIN_EPS:.3g} (float32's smallest normal number; with eps = 0 "
                          "a zero row is 0/0 = NaN)")
+
+
+def _check_l2_arguments(x, eps):
+    """ValueErrors naming the argument unless x is a floating-point tensor [..., D] and eps passes
+    _check_norm_eps (the kernels and the PyTorch path for 16- and 32-bit x add it in float32)."""
+    _check_float_tensor("x", x, "[..., D]")
+    if x.dim() == 0:
+        raise ValueError("x must have at least one dim [..., D] (it is normalised over the last), got a 0-dim tensor")
+    _check_norm_eps(eps)
 
 
 def _l2_kernel_refusal(x):

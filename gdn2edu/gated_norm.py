@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from gdn2edu.chunk_kernels import _on_device
-from gdn2edu.fused_recurrent import _MAX_HEAD_DIM, _row_grid
+from gdn2edu.fused_recurrent import _MAX_HEAD_DIM, _check_norm_eps, _row_grid
 from gdn2edu.short_conv import _check_triton_call
 
 NORM_TILES = dict(BR=16, num_warps=4)                # not yet tuned on a GPU
@@ -113,9 +113,11 @@ def _check_norm_inputs(x, gate, weight):
 
 def rms_norm_gated_triton(x, gate, weight, eps=1e-5):
     """weight * x * rsqrt(mean(x^2, -1) + eps) * sigmoid(gate) in Triton. x, gate: [..., D], same shape and
-    dtype (float32, bfloat16 or float16); weight: [D], D <= 256. Returns y [..., D] in x's dtype,
-    differentiable in x, gate and weight; accumulates in float32."""
+    dtype (float32, bfloat16 or float16); weight: [D], D <= 256; eps: a finite number >= float32's smallest
+    normal number (else a zero row is NaN). Returns y [..., D] in x's dtype, differentiable in x, gate and
+    weight; accumulates in float32."""
     _check_norm_inputs(x, gate, weight)
+    _check_norm_eps(eps)
     _check_triton_call(x, dict(x=x, weight=weight), "at least one row", "RMSNormGated's PyTorch path (use_triton=False)")
     D = weight.shape[0]
     with _on_device(x):

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from gdn2edu.chunk import chunk_gdn2_torch
 from gdn2edu.chunk_backward_kernels import chunk_gdn2
 from gdn2edu.family import family_gates
-from gdn2edu.fused_recurrent import apply_kernel_options, fused_recurrent_gdn2, gate_activation
+from gdn2edu.fused_recurrent import _check_norm_eps, apply_kernel_options, fused_recurrent_gdn2, gate_activation
 from gdn2edu.inputs import compute_dtype
 from gdn2edu.recurrence import recurrent_gdn2
 from gdn2edu.short_conv import _check_conv_inputs, short_conv_triton
@@ -60,6 +60,7 @@ class RMSNormGated(nn.Module):
 
     def __init__(self, hidden_size, eps=1e-5):
         super().__init__()
+        _check_norm_eps(eps)
         self.weight = nn.Parameter(torch.ones(hidden_size))
         self.eps = eps
 

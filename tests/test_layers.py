@@ -491,3 +491,25 @@ def test_layer_profile_rows(root):
     for bad in ("1,2,3,4,5,6", "1,2,3,4", "0,1,1,1,1", "a"):
         with pytest.raises(argparse.ArgumentTypeError):
             tool.layer_size(bad)
+
+
+@pytest.mark.parametrize("eps", [0, 0.0, 1e-50, float("nan"), -1e-5, True])
+def test_gated_norm_refuses_an_eps_that_makes_a_zero_row_nan(eps):
+    """weight * x * rsqrt(mean(x^2) + eps): with eps = 0 (or one that rounds to 0 in float32) a zero row is
+    0 * inf = NaN, on the Triton path and in RMSNormGated alike; both refuse such an eps by name."""
+    from gdn2edu.gated_norm import rms_norm_gated_triton
+    from gdn2edu.layers import RMSNormGated
+    x = torch.zeros(2, 8)
+    with pytest.raises(ValueError, match="eps must be"):
+        rms_norm_gated_triton(x, x.clone(), torch.ones(8), eps=eps)
+    with pytest.raises(ValueError, match="eps must be"):
+        RMSNormGated(8, eps=eps)
+
+
+def test_gated_norm_at_the_smallest_eps_keeps_a_zero_row_zero():
+    from gdn2edu.fused_recurrent import L2NORM_MIN_EPS
+    from gdn2edu.gated_norm import rms_norm_gated_triton
+    from gdn2edu.layers import RMSNormGated
+    x = torch.zeros(2, 8)
+    assert torch.equal(rms_norm_gated_triton(x, x.clone(), torch.ones(8), eps=L2NORM_MIN_EPS), x)
+    assert torch.equal(RMSNormGated(8, eps=L2NORM_MIN_EPS)(x, x.clone()), x)
