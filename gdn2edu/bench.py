@@ -171,7 +171,7 @@ def measure_ceilings(device, warmup=25, rep=100):
             "matmul_dtype": str(dtype).replace("torch.", "")}
 
 
-# short names of the backward's kernels: the three forward kernels its recomputation re-runs, then its own three
+# short names of the backward's kernels: the forward kernels a recomputation may re-run, then its own three
 BACKWARD_KERNELS = {"intra": "chunk_gdn2_fwd_intra_kernel", "wy": "chunk_gdn2_fwd_wy_kernel",
                     "fwd_scan": "chunk_gdn2_fwd_scan_kernel", "bwd_scan": "chunk_gdn2_bwd_scan_kernel",
                     "local": "chunk_gdn2_bwd_local_kernel", "inputs": "chunk_gdn2_bwd_inputs_kernel"}

@@ -5,7 +5,7 @@
 
 import torch
 
-from gdn2edu.chunk_kernels import (INTRA_TILES, WY_TILES, _Plan, _block_width, _chunk_of_program,
+from gdn2edu.chunk_kernels import (WY_TILES, _Plan, _block_width, _chunk_of_program,
                                    _forward_output, _forward_states, _load, _load_tile, _on_device, _plan,
                                    _scan_value_block, _tile, chunk_gdn2_fwd)
 from gdn2edu.fused_recurrent import apply_kernel_options
@@ -63,10 +63,10 @@ def chunk_gdn2_bwd_scan_kernel(Aqk, QG, AE, KG, GN, do, dR, dh, dht, dh0, cu_seq
 BWD_SCAN_TILES = {"BV": "auto", "num_warps": 4, "num_stages": 3}
 BWD_LOCAL_TILES = {"BV": 128, "num_warps": 4, "num_stages": 1}
 BWD_INPUTS_TILES = {"BK": 128, "BV": 64, "num_warps": 8, "num_stages": 2}
-# the tables a backward tuning run sets (tools/gpu_tune_backward.py) and records, by name; the forward's
-# intra and WY kernels run again in the backward's recomputation
+# the tables a backward tuning run sets (tools/gpu_tune_backward.py) and records, by name; the forward's WY
+# kernel runs again in the backward's recomputation (the intra kernel's results the forward keeps)
 BACKWARD_TILE_TABLES = {"BWD_SCAN_TILES": BWD_SCAN_TILES, "BWD_LOCAL_TILES": BWD_LOCAL_TILES,
-                        "BWD_INPUTS_TILES": BWD_INPUTS_TILES, "WY_TILES": WY_TILES, "INTRA_TILES": INTRA_TILES}
+                        "BWD_INPUTS_TILES": BWD_INPUTS_TILES, "WY_TILES": WY_TILES}
 
 
 def _reverse_scan(f, do, dht, p: _Plan, want_dh0):
@@ -295,6 +295,8 @@ def _backward(q, k, v, g, b, w, initial_state, do, dht, p: _Plan, kept=None):
     kept: what the forward saved, a dict with the names of KEPT (the recomputation skips the intra launches)
     or of SAVED (nothing is recomputed), or None (everything is). Returns (dq, dk, dv, dg, db, dw) in their
     inputs' types and dh0 float32 or None."""
+    if kept is not None and set(kept) not in (set(KEPT), set(SAVED)):
+        raise ValueError(f"kept must hold the names of KEPT {KEPT} or of SAVED {SAVED}, got {tuple(kept)}")
     f = kept
     if kept is None or set(kept) != set(SAVED):
         f = _forward_states(q, k, v, g, b, w, initial_state, True, p, store_G=True, intra=kept)

@@ -1,5 +1,5 @@
-"""Time tile settings of the backward's inputs kernel and the forward's WY and intra kernels (which
-the backward re-runs) on a GPU, and the reverse scan at each fixed value block for the standard shapes; write
+"""Time tile settings of the backward's inputs kernel and the forward's WY and scan kernels (which the
+backward re-runs on the intra kernel's results that the forward keeps) on a GPU, and the reverse scan at each fixed value block for the standard shapes; write
 the timings with their provenance and the fastest setting of each table to a JSON file (Chapter 10 shows
 it; a setting worth keeping goes into Chapter 10's tables, which ``python -m gdn2edu.bench`` then records
 with every run).
@@ -31,9 +31,7 @@ INPUTS = [dict(BK=128, BV=64, num_warps=8, num_stages=2), dict(BK=128, BV=32, nu
           dict(BK=64, BV=64, num_warps=8, num_stages=2), dict(BK=32, BV=64, num_warps=8, num_stages=2)]
 WY = [dict(BK=32, BV=64, num_warps=2), dict(BK=32, BV=64, num_warps=8), dict(BK=16, BV=64, num_warps=8),
       dict(BK=32, BV=64, num_warps=4)]
-INTRA = [dict(BK=16, num_warps=1, num_stages=2), dict(BK=16, num_warps=4, num_stages=2),
-         dict(BK=16, num_warps=8, num_stages=2), dict(BK=16, num_warps=2, num_stages=2)]
-SETTINGS = {"BWD_INPUTS_TILES": INPUTS, "WY_TILES": WY, "INTRA_TILES": INTRA}     # by table name
+SETTINGS = {"BWD_INPUTS_TILES": INPUTS, "WY_TILES": WY}     # by table name
 SCAN_BLOCKS = (16, 32, 64)
 
 
@@ -77,11 +75,13 @@ def main(argv=None):
     dR, dh, _ = cb._reverse_scan(f, do, None, p, False)
     _, _, dA, dAqk, P = cb._local_pullback(x[2], x[5], f, do, dR, p)
 
-    def recompute():
-        return _forward_states(*x, None, True, p, store_G=True)
+    kept = {name: f[name] for name in cb.KEPT}
+
+    def recompute():                                 # what the backward recomputes: WY and scan, not intra
+        return _forward_states(*x, None, True, p, store_G=True, intra=kept)
 
     timed_call = {"BWD_INPUTS_TILES": lambda: cb._input_grads(x[0], x[1], x[3], x[4], f, do, P, dh, dA, dAqk, p),
-                  "WY_TILES": recompute, "INTRA_TILES": recompute}
+                  "WY_TILES": recompute}
     result = {"provenance": provenance("cuda", args.commit, sys.argv[1:] if argv is None else argv,
                                        "python tools/gpu_tune_backward.py"), "shape": [1, 8192, 16], "timed": [], "best": {}}
     if args.scan_blocks:
