@@ -46,6 +46,9 @@ H = 16
 # the backward's 16-bit tensors with bf16 inputs: the inputs, their gradients and the stored intermediates
 BWD_BF16 = ("q", "k", "v", "b", "w", "do", "QG", "AE", "KG", "dR", "dh", "R", "P", "h", "dA", "dAqk",
             "dv", "dw", "dq", "dk", "db")
+# the intra kernel's 16-bit inputs with bf16 q, k, b (g stays float32, as in the benchmark's inputs; A, Aqk
+# are always float32): the launch that the benchmark times
+INTRA_BF16 = ("q", "k", "b")
 # the short convolution's 16-bit tensors in a bf16 layer (its partial sums dw, db stay float32)
 CONV_BF16 = ("x", "weight", "bias", "state", "y", "dy", "dx", "dstate")
 # the output norm's 16-bit tensors in a bf16 layer (rstd and the partial sums dw stay float32)
@@ -86,8 +89,9 @@ def launches(K, V, fp32_dot=None):
     fused_bv = min(V, max(8, 2048 // K))
     return [
         *((ck.chunk_gdn2_fwd_intra_kernel, dict(H=H, K=K, BT=64, BC=16, BK=intra["BK"], MODE=mode,
-                                                MID_LIMIT=ck.MID_LIMIT, OPERAND_LIMIT=14.0, DOT=f32),
-           intra["num_warps"], intra["num_stages"], ()) for mode in (1, 2)),
+                                                MID_LIMIT=ck.MID_LIMIT, OPERAND_LIMIT=14.0, DOT=dot),
+           intra["num_warps"], intra["num_stages"], pointers)
+          for dot, pointers in ((f32, ()), ("tf32", INTRA_BF16)) for mode in (1, 2)),
         (ck.chunk_gdn2_fwd_wy_kernel, dict(H=H, K=K, V=V, BT=64, BK=wy["BK"], BV=wy["BV"], STORE_G=True,
                                            DOT=f32),
          wy["num_warps"], 2, ()),
@@ -192,7 +196,8 @@ def check(target, limit, dim, registers, kernels, fp32_dot):
         if name not in kernels or (limit < ck.FLOAT32_SHARED_MEMORY and "DOT" in constexprs and not bf16):
             continue
         inputs = "bf16" if bf16 else "float32"
-        dot = f", dot {constexprs['DOT']}" if "DOT" in constexprs else ""
+        dot = (f", dot {constexprs['DOT']}" if "DOT" in constexprs else "") + \
+            (f", MODE {constexprs['MODE']}" if "MODE" in constexprs else "")
         start = time.monotonic()
         compiled += 1
         try:
