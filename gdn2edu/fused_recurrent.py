@@ -163,7 +163,7 @@ def _check_norm_eps(eps):
     (Chapter 12's gated norm takes the same bound)."""
     _check_finite_number("eps", eps, L2NORM_MIN_EPS, float("inf"),
                          f"a finite number >= {L2NORM_MIN_EPS:.3g} (float32's smallest normal number; with eps = 0 "
-                         "a zero row is 0/0 = NaN)")
+                         "a zero row is 0 * inf = NaN)")
 
 
 def _check_l2_arguments(x, eps):

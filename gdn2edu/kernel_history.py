@@ -8,20 +8,33 @@ import ast
 import subprocess
 from pathlib import Path
 
-REPOSITORY = Path(__file__).resolve().parents[1]       # the checkout this package lives in, if it is one
 KERNEL_FILES = ("gdn2edu/chunk_kernels.py", "gdn2edu/chunk_backward_kernels.py")
+
+
+def _checkout():
+    """The git checkout this package lives in, if it has its whole history; else None (an installed package,
+    a shallow clone such as Colab's, no git)."""
+    root = Path(__file__).resolve().parents[1]
+    if not (root / ".git").exists():
+        return None
+    try:
+        shallow = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=root, capture_output=True,
+                                 text=True)
+    except OSError:                                      # no git here
+        return None
+    return root if shallow.returncode == 0 and shallow.stdout.strip() == "false" else None
 
 
 def kernel_sources(commit, path):
     """{name: source} of the @triton.jit functions (decorators included) and of the *_TILES tables of the file
-    ``path`` (relative to the repository) at ``commit``; None where the repository's history is not at hand (an
-    installed package, a shallow clone, Colab)."""
-    try:
-        shown = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=REPOSITORY, capture_output=True, text=True)
-    except OSError:                                      # no git here
+    ``path`` (relative to the repository) at ``commit``; None where the whole history is not at hand. A commit
+    or path that the whole history does not have is a ValueError."""
+    root = _checkout()
+    if root is None:
         return None
+    shown = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=root, capture_output=True, text=True)
     if shown.returncode != 0:
-        return None
+        raise ValueError(f"{commit}:{path} is not in this repository's history: {shown.stderr.strip()}")
     found = {}
     for node in ast.parse(shown.stdout).body:
         if isinstance(node, ast.FunctionDef) and any("jit" in ast.unparse(d) for d in node.decorator_list):
@@ -33,7 +46,7 @@ def kernel_sources(commit, path):
 
 def same_kernels(commit_a, commit_b, paths=KERNEL_FILES):
     """True if each file of ``paths`` has kernels and the same kernel_sources at the two commits, False if one
-    differs, None where git's history is not at hand."""
+    differs, None where the whole history is not at hand."""
     pairs = [(kernel_sources(commit_a, path), kernel_sources(commit_b, path)) for path in paths]
     if any(None in pair for pair in pairs):
         return None

@@ -182,3 +182,14 @@ def test_half_precision_within_the_rewy_thresholds():
         assert x_.dtype == leaves[NAMES.index(name)].dtype and torch.isfinite(x_).all(), name
         err = ((x_.double() - ref).norm() / ref.norm()).item()
         assert err < limits[name], (name, err)
+
+
+def test_backward_refuses_a_kept_dict_of_other_names():
+    """_backward takes what the forward kept: the names of KEPT or of SAVED, nothing in between."""
+    from gdn2edu.chunk_backward_kernels import KEPT, _backward
+    from gdn2edu.chunk_kernels import _forward_states, _plan
+    x = [t.float() for t in make_inputs(1, 20, 1, 16, 16, seed=3)]
+    p = _plan(*x, None, None, None)
+    f = _forward_states(*x, None, True, p, store_G=True)
+    with pytest.raises(ValueError, match="kept must hold the names of KEPT"):
+        _backward(*x, None, torch.zeros_like(x[2]), None, p, {name: f[name] for name in KEPT[:2]})

@@ -4,36 +4,39 @@ import subprocess
 
 import pytest
 
-from gdn2edu.kernel_history import KERNEL_FILES, REPOSITORY, kernel_sources, same_kernels
+from gdn2edu.kernel_history import KERNEL_FILES, _checkout, kernel_sources, same_kernels
+
+ROOT = _checkout()                   # None without the whole history: the functions then answer None
+needs_history = pytest.mark.skipif(ROOT is None, reason="no complete git history here")
 
 
-def _head():
-    try:
-        shown = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPOSITORY, capture_output=True, text=True)
-    except OSError:
-        return None
-    return shown.stdout.strip() if shown.returncode == 0 else None
+def _git(*args):
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
 
 
+@needs_history
 def test_kernel_sources_reads_the_kernels_and_tables_of_a_commit():
-    head = _head()
-    if head is None:
-        pytest.skip("no git history here")
-    found = kernel_sources(head, "gdn2edu/chunk_kernels.py")
+    head = _git("rev-parse", "HEAD")
+    found = kernel_sources(head, KERNEL_FILES[0])
     assert "chunk_gdn2_fwd_intra_kernel" in found and "INTRA_TILES" in found
     assert found["chunk_gdn2_fwd_intra_kernel"].startswith("@triton.jit")
     assert same_kernels(head, head) is True
-    assert kernel_sources(head, "no/such/file.py") is None
-    assert kernel_sources("0" * 40, KERNEL_FILES[0]) is None
+    with pytest.raises(ValueError, match="not in this repository's history"):
+        kernel_sources(head, "no/such/file.py")
+    with pytest.raises(ValueError, match="not in this repository's history"):
+        kernel_sources("0" * 40, KERNEL_FILES[0])
 
 
+@needs_history
 def test_same_kernels_sees_a_changed_kernel():
-    """e6c4116 -> f30021e kept every kernel (only Python around the launches changed); the first commit that
-    tangled chunk_kernels.py has other kernels than today's."""
-    head = _head()
-    if head is None or kernel_sources("e6c4116", KERNEL_FILES[0]) is None:
-        pytest.skip("no git history here")
+    """The commit that first tangled chunk_kernels.py had other kernels than today's; e6c4116 -> f30021e changed
+    only Python around the launches."""
+    first = _git("log", "--format=%H", "--diff-filter=A", "--", KERNEL_FILES[0]).split()[-1]
+    assert same_kernels(first, "HEAD", KERNEL_FILES[:1]) is False
     assert same_kernels("e6c4116", "f30021e") is True
-    first = subprocess.run(["git", "log", "--format=%H", "--diff-filter=A", "--", KERNEL_FILES[0]], cwd=REPOSITORY,
-                           capture_output=True, text=True).stdout.split()[-1]
-    assert same_kernels(first, head, KERNEL_FILES[:1]) is False
+
+
+def test_without_history_every_answer_is_none(monkeypatch):
+    import gdn2edu.kernel_history as kh
+    monkeypatch.setattr(kh, "_checkout", lambda: None)
+    assert kh.kernel_sources("HEAD", KERNEL_FILES[0]) is None and kh.same_kernels("HEAD", "HEAD") is None

@@ -1,5 +1,5 @@
-"""Time tile settings of the backward's inputs kernel and the forward's WY and scan kernels (which the
-backward re-runs on the intra kernel's results that the forward keeps) on a GPU, and the reverse scan at each fixed value block for the standard shapes; write
+"""Time tile settings of the backward's inputs kernel and the forward's WY kernel (which the backward re-runs,
+with the scan, on the intra kernel's results that the forward keeps) on a GPU, and the reverse scan at each fixed value block for the standard shapes; write
 the timings with their provenance and the fastest setting of each table to a JSON file (Chapter 10 shows
 it; a setting worth keeping goes into Chapter 10's tables, which ``python -m gdn2edu.bench`` then records
 with every run).

@@ -88,10 +88,14 @@ def launches(K, V, fp32_dot=None):
     scan_bv, fscan_bv = (ck._scan_value_block(t["BV"], 1, H, V, torch.device("cpu")) for t in (bscan, scan))
     fused_bv = min(V, max(8, 2048 // K))
     return [
+        # the intra kernel as float32 and bf16 inputs launch it, and with float16's operand check (OPERAND_LIMIT
+        # below MID_LIMIT compiles the check in; bf16 pointers stand in for float16 ones)
         *((ck.chunk_gdn2_fwd_intra_kernel, dict(H=H, K=K, BT=64, BC=16, BK=intra["BK"], MODE=mode,
-                                                MID_LIMIT=ck.MID_LIMIT, OPERAND_LIMIT=14.0, DOT=dot),
+                                                MID_LIMIT=ck.MID_LIMIT, OPERAND_LIMIT=ck._operand_limit(store),
+                                                DOT=dot),
            intra["num_warps"], intra["num_stages"], pointers)
-          for dot, pointers in ((f32, ()), ("tf32", INTRA_BF16)) for mode in (1, 2)),
+          for dot, pointers, store in ((f32, (), torch.float32), ("tf32", INTRA_BF16, torch.bfloat16),
+                                       ("tf32", INTRA_BF16, torch.float16)) for mode in (1, 2)),
         (ck.chunk_gdn2_fwd_wy_kernel, dict(H=H, K=K, V=V, BT=64, BK=wy["BK"], BV=wy["BV"], STORE_G=True,
                                            DOT=f32),
          wy["num_warps"], 2, ()),
