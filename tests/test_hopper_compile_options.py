@@ -55,3 +55,15 @@ def test_a_selection_that_compiles_nothing_fails(root):
     """The L4 (sm_89) refuses float32 inputs, and the WY kernel has float32 launches only: nothing to compile."""
     result = run_tool(root, "--arch", "sm_89", "--dim", "128", "--kernels", "chunk_gdn2_fwd_wy_kernel")
     assert result.returncode == 1 and "nothing compiled" in result.stdout, result.stdout + result.stderr[-3000:]
+
+
+def test_aligned_pointers_change_what_is_compiled(root):
+    """--aligned compiles with 16-byte-aligned pointers, as a launch on torch tensors specializes them: loads and
+    stores may then be vectorized, so the binaries differ from the unaligned build's (here: in registers or
+    stack), and both still compile."""
+    usage = []
+    for extra in ((), ("--aligned",)):
+        result = run_tool(root, "--registers", "--arch", "sm_90", "--dim", "128", "--kernels", KERNEL, *extra)
+        assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+        usage.append([line.split("REG:")[1] for line in result.stdout.splitlines() if "REG:" in line])
+    assert len(usage[0]) == len(usage[1]) == 2 and usage[0] != usage[1], usage

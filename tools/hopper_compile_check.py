@@ -8,12 +8,14 @@ status 1 if any kernel fails. This Triton may pipeline differently from the one 
 the H200 asked more for the scans at K = 256 than this check saw): a fit here is necessary, not sufficient.
 
     python tools/hopper_compile_check.py [--registers] [--arch sm_90,...] [--dim 128,...] [--kernels NAME,...]
-                                         [--fp32-dot ieee|tf32x3|tf32]
+                                         [--fp32-dot ieee|tf32x3|tf32] [--aligned]
 
 ``--registers`` also prints each binary's registers per thread and its stack (registers spilled to local
 memory), from ``cuobjdump -res-usage``, the tool that ships with Triton. ``--arch``, ``--dim`` and
 ``--kernels`` (kernel function names) narrow what is compiled, each repeatable or a comma list; the default is
-everything. ``--fp32-dot`` is the ``input_precision`` of the float32 launches' products (default: what
+everything. ``--aligned`` compiles with every pointer argument known to be 16-byte aligned, as a launch on
+torch tensors specializes them (without it, no load or store is vectorized, and the register counts are
+those of scalar accesses). ``--fp32-dot`` is the ``input_precision`` of the float32 launches' products (default: what
 chunk_gdn2 uses, ``chunk_kernels.FLOAT32_DOT``); the 16-bit launches keep "tf32", their tensor-core products.
 Each line names the inputs' type of its launch (float32 or bf16) and the dot precision where it has one.
 """
@@ -168,6 +170,8 @@ def parse_args(argv):
     parser.add_argument("--fp32-dot", choices=ck.FLOAT32_DOTS, default=ck.FLOAT32_DOT,
                         help="input_precision of the float32 launches' products (default: chunk_kernels."
                              "FLOAT32_DOT, %(default)s)")
+    parser.add_argument("--aligned", action="store_true",
+                        help="pointer arguments 16-byte aligned, as a launch on torch tensors specializes them")
     args = parser.parse_args(argv)
     args.arch = _listed(parser, "--arch", args.arch, list(TARGETS))
     args.dim = _listed(parser, "--dim", args.dim, [128, 256])
@@ -183,14 +187,14 @@ def main(argv=None):
         target, limit = TARGETS[arch]
         for dim in args.dim:
             print(f"{arch}, K = V = {dim}:")
-            f, c = check(target, limit, dim, args.registers, args.kernels, args.fp32_dot)
+            f, c = check(target, limit, dim, args.registers, args.kernels, args.fp32_dot, args.aligned)
             failures, compiled = failures + f, compiled + c
     if not compiled:
         print("nothing compiled: no launch of these kernels at these head dims on these GPUs")
     return 1 if failures or not compiled else 0
 
 
-def check(target, limit, dim, registers, kernels, fp32_dot):
+def check(target, limit, dim, registers, kernels, fp32_dot, aligned=False):
     """Compile the launches of ``kernels`` at K = V = dim for the target, float32 products in ``fp32_dot``;
     (failures, launches compiled). Where a block has less shared memory than float32 tiles need (an L4),
     chunk_gdn2 refuses float32 inputs, so only the 16-bit variants are compiled there."""
@@ -205,7 +209,10 @@ def check(target, limit, dim, registers, kernels, fp32_dot):
         start = time.monotonic()
         compiled += 1
         try:
-            binary = triton.compile(triton.compiler.ASTSource(kernel, signature(kernel, bf16), constexprs),
+            types = signature(kernel, bf16)
+            attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(kernel.arg_names)
+                     if types[name].startswith("*")} if aligned else None
+            binary = triton.compile(triton.compiler.ASTSource(kernel, types, constexprs, attrs),
                                     target=target, options=dict(num_warps=num_warps, num_stages=num_stages))
         except Exception as err:                  # a compile error: report it, go on with the others
             failures += 1
