@@ -297,9 +297,8 @@ def _backward(q, k, v, g, b, w, initial_state, do, dht, p: _Plan, kept=None):
     inputs' types and dh0 float32 or None."""
     if kept is not None and set(kept) not in (set(KEPT), set(SAVED)):
         raise ValueError(f"kept must hold the names of KEPT {KEPT} or of SAVED {SAVED}, got {tuple(kept)}")
-    f = kept
-    if kept is None or set(kept) != set(SAVED):
-        f = _forward_states(q, k, v, g, b, w, initial_state, True, p, store_G=True, intra=kept)
+    complete = kept is not None and set(kept) == set(SAVED)
+    f = kept if complete else _forward_states(q, k, v, g, b, w, initial_state, True, p, store_G=True, intra=kept)
     dR, dh, dh0 = _reverse_scan(f, do, dht, p, initial_state is not None)
     dv, dw, dA, dAqk, P = _local_pullback(v, w, f, do, dR, p)
     dq, dk, dg, db = _input_grads(q, k, g, b, f, do, P, dh, dA, dAqk, p)

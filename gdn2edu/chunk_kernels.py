@@ -16,7 +16,7 @@ if not torch.cuda.is_available():
 import triton
 import triton.language as tl
 
-from gdn2edu.fused_recurrent import _check_kernel_dtypes
+from gdn2edu.fused_recurrent import _check_kernel_dtypes, _on_device
 from gdn2edu.inputs import _check_state, validate_inputs
 
 
@@ -614,11 +614,6 @@ def _forward_output(v, f, p: _Plan):
         f["QG"], f["h"], f["Aqk"], f["R"], o, p.cu, p.chunks, H=p.H, K=p.K, V=p.V, BT=64, BK=BK, BV=BVO,
         DOT=p.DOT, num_warps=OUTPUT_TILES["num_warps"], num_stages=2)
     return o
-
-
-def _on_device(x):
-    """Launch on x's GPU even when another one is current (a no-op on the CPU)."""
-    return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
 
 
 def chunk_gdn2_fwd(q, k, v, g, b, w, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,

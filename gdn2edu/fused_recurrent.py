@@ -89,6 +89,12 @@ def _check_finite_number(name, value, low, high, expected):
         raise ValueError(f"{name} must be {expected}, got {value!r}")
 
 
+def _on_device(x):
+    """Launch on x's GPU even when another one is current (a no-op on the CPU); every entry point of the
+    book's kernels launches under it."""
+    return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
+
+
 L2NORM_TILES = dict(BR=16, num_warps=4)    # rows per program and warps: not yet tuned on a GPU
 
 
@@ -199,7 +205,7 @@ def l2_normalize_triton(x, eps=L2NORM_EPS):
 
 def _l2_normalize_kernels(x, eps):
     """The launch of both entry points, on checked arguments: the kernels on x's device, x viewed as rows."""
-    with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
+    with _on_device(x):
         return L2NormFunction.apply(x.contiguous().view(-1, x.shape[-1]), float(eps)).view(x.shape)
 
 
@@ -311,7 +317,7 @@ def fused_recurrent_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, outpu
     ht = q.new_empty(dims.B, dims.H, dims.K, dims.V, dtype=torch.float32) if output_final_state else None
     BK, BV = _tiles(dims.K, dims.V)
     grid = (triton.cdiv(dims.V, BV), dims.B * dims.H)
-    with torch.cuda.device(q.device) if q.is_cuda else contextlib.nullcontext():
+    with _on_device(q):
         _fused_recurrent_gdn2_fwd_kernel[grid](
             q, k, v, g, b, w, o, h0, ht, dims.scale, dims.T, H=dims.H, K=dims.K, V=dims.V, BK=BK, BV=BV,
             USE_INITIAL_STATE=h0 is not None, STORE_FINAL_STATE=ht is not None, num_warps=1)

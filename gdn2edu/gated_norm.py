@@ -14,8 +14,7 @@ if not torch.cuda.is_available():
 import triton
 import triton.language as tl
 
-from gdn2edu.chunk_kernels import _on_device
-from gdn2edu.fused_recurrent import _MAX_HEAD_DIM, _check_norm_eps, _row_grid
+from gdn2edu.fused_recurrent import _MAX_HEAD_DIM, _check_norm_eps, _on_device, _row_grid
 from gdn2edu.short_conv import _check_triton_call
 
 NORM_TILES = dict(BR=16, num_warps=4)                # not yet tuned on a GPU

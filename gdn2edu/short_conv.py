@@ -14,8 +14,7 @@ if not torch.cuda.is_available():
 import triton
 import triton.language as tl
 
-from gdn2edu.chunk_kernels import _on_device
-from gdn2edu.fused_recurrent import _INTERPRET, _check_kernel_dtypes
+from gdn2edu.fused_recurrent import _INTERPRET, _check_kernel_dtypes, _on_device
 
 CONV_TILES = dict(BT=64, BD=64, num_warps=4)         # not yet tuned on a GPU
 
