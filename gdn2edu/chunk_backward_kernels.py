@@ -376,7 +376,8 @@ def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_st
     (more memory, the same gradients).
     FLA's options use_qk_l2norm_in_kernel and use_gate_in_kernel (g then holds raw logits; A_log [H], dt_bias
     [H * K], and lower_bound, if given, for the bounded gate; with safe_gate, lower_bound is required) are
-    applied in PyTorch before the kernels by Chapter 8's apply_kernel_options, so autograd carries their
+    applied before the kernels by Chapter 8's apply_kernel_options (the L2 normalisation with its own kernels
+    on a GPU, the gate in PyTorch), so autograd carries their
     gradients to q, k, g, A_log and dt_bias; a fused version is unmeasured.
     Returns (o [B, T, H, V] in v's dtype, final state float32 [B or N, H, K, V] or None). When an input
     requires grad, the forward of Chapter 9 and the backward of this chapter run as one autograd Function;

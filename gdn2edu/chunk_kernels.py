@@ -428,12 +428,18 @@ FLOAT32_DOT = "ieee"
 
 @contextlib.contextmanager
 def kernel_settings(**overrides):
-    """Inside the block the module-level settings named (LOW_PRECISION_INTERMEDIATES, FLOAT32_DOT) take the
-    given values, for the forward and for a backward run inside the block; the previous ones are back after
-    it, also after an error. The benchmark and the test matrix try the alternatives with it."""
+    """Inside the block the module-level settings named (LOW_PRECISION_INTERMEDIATES: a bool, FLOAT32_DOT: one
+    of FLOAT32_DOTS) take the given values for the calls made in it (a backward follows the plan its forward
+    made); the previous ones are back after it, also after an error. The benchmark and the test matrix try
+    the alternatives with it."""
     unknown = sorted(set(overrides) - {"LOW_PRECISION_INTERMEDIATES", "FLOAT32_DOT"})
     if unknown:
         raise ValueError(f"kernel_settings takes LOW_PRECISION_INTERMEDIATES and FLOAT32_DOT, got {unknown}")
+    if not isinstance(overrides.get("LOW_PRECISION_INTERMEDIATES", True), bool):
+        raise ValueError(f"LOW_PRECISION_INTERMEDIATES must be a bool, got "
+                         f"{overrides['LOW_PRECISION_INTERMEDIATES']!r}")
+    if overrides.get("FLOAT32_DOT", FLOAT32_DOTS[0]) not in FLOAT32_DOTS:
+        raise ValueError(f"FLOAT32_DOT must be one of {FLOAT32_DOTS}, got {overrides['FLOAT32_DOT']!r}")
     previous = {name: globals()[name] for name in overrides}
     globals().update(overrides)
     try:

@@ -47,6 +47,8 @@ def kernel_sources(commit, path):
 def same_kernels(commit_a, commit_b, paths=KERNEL_FILES):
     """True if each file of ``paths`` has kernels and the same kernel_sources at the two commits, False if one
     differs, None where the whole history is not at hand."""
+    if isinstance(paths, str) or not paths:
+        raise ValueError(f"paths must be a non-empty sequence of file paths, got {paths!r}")
     pairs = [(kernel_sources(commit_a, path), kernel_sources(commit_b, path)) for path in paths]
     if any(None in pair for pair in pairs):
         return None

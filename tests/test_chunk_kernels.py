@@ -124,3 +124,15 @@ def test_baseline_inputs_names_bad_arguments(kwargs, name):
     args = dict(B=1, T=4, H=2, K=8, V=8, device="cpu") | kwargs
     with pytest.raises(ValueError, match=name):
         baseline_inputs(**args)
+
+
+@pytest.mark.parametrize("overrides, message", [(dict(FLOAT32_DOT="tf16"), "FLOAT32_DOT must be one of"),
+                                                (dict(LOW_PRECISION_INTERMEDIATES=1), "must be a bool"),
+                                                (dict(TILES=1), "kernel_settings takes")])
+def test_kernel_settings_refuses_bad_values_by_name(overrides, message):
+    from gdn2edu import chunk_kernels
+    before = (chunk_kernels.FLOAT32_DOT, chunk_kernels.LOW_PRECISION_INTERMEDIATES)
+    with pytest.raises(ValueError, match=message):
+        with chunk_kernels.kernel_settings(**overrides):
+            pass
+    assert (chunk_kernels.FLOAT32_DOT, chunk_kernels.LOW_PRECISION_INTERMEDIATES) == before

@@ -40,3 +40,9 @@ def test_without_history_every_answer_is_none(monkeypatch):
     import gdn2edu.kernel_history as kh
     monkeypatch.setattr(kh, "_checkout", lambda: None)
     assert kh.kernel_sources("HEAD", KERNEL_FILES[0]) is None and kh.same_kernels("HEAD", "HEAD") is None
+
+
+@pytest.mark.parametrize("paths", ["gdn2edu/chunk_kernels.py", ()])
+def test_same_kernels_refuses_paths_that_are_not_a_list_of_files(paths):
+    with pytest.raises(ValueError, match="paths must be a non-empty sequence"):
+        same_kernels("HEAD", "HEAD", paths)
