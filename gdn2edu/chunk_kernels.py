@@ -52,6 +52,16 @@ def _row(b_x, i, BR: tl.constexpr):
 
 
 @triton.jit
+def _gates(g, bos, T, row0, i_h, i_k, b_prefix, H: tl.constexpr, K: tl.constexpr, BC: tl.constexpr,
+           BK: tl.constexpr):
+    """Base-2 G [BC, BK] of rows row0 .. row0+BC, key block i_k, continuing the previous sub-chunk's (b_prefix
+    [BK]), and G on its last row [BK], the next sub-chunk's prefix."""
+    b_g = _load(g + (bos * H + i_h) * K, row0, i_k * BK, T, K, H * K, BC, BK)
+    b_g = tl.cumsum(b_g * 1.4426950408889634, axis=0) + b_prefix[None, :]   # G / ln 2; rows past T add 0
+    return b_g, _row(b_g, BC - 1, BC)
+
+
+@triton.jit
 def _sub_chunk(q, k, b, g, bos, T, row0, i_h, i_k, b_prefix, H: tl.constexpr, K: tl.constexpr,
                BC: tl.constexpr, BK: tl.constexpr):
     """Rows row0 .. row0+BC of one chunk, key block i_k, in float32 [BC, BK]: queries, erase rows b * k, keys
@@ -60,11 +70,10 @@ def _sub_chunk(q, k, b, g, bos, T, row0, i_h, i_k, b_prefix, H: tl.constexpr, K:
     b_q = _load(q + (bos * H + i_h) * K, row0, i_k * BK, T, K, H * K, BC, BK)
     b_k = _load(k + (bos * H + i_h) * K, row0, i_k * BK, T, K, H * K, BC, BK)
     b_b = _load(b + (bos * H + i_h) * K, row0, i_k * BK, T, K, H * K, BC, BK)
-    b_g = _load(g + (bos * H + i_h) * K, row0, i_k * BK, T, K, H * K, BC, BK)
-    b_g = tl.cumsum(b_g * 1.4426950408889634, axis=0) + b_prefix[None, :]   # G / ln 2; rows past T add 0
+    b_g, b_last = _gates(g, bos, T, row0, i_h, i_k, b_prefix, H, K, BC, BK)
     o_k = i_k * BK + tl.arange(0, BK)
     b_g_first = tl.load(g + ((bos + row0) * H + i_h) * K + o_k, mask=(o_k < K) & (row0 + 0 * o_k < T), other=0.0)
-    return b_q, b_b * b_k, b_k, b_g, b_prefix + b_g_first.to(tl.float32) * 1.4426950408889634, _row(b_g, BC - 1, BC)
+    return b_q, b_b * b_k, b_k, b_g, b_prefix + b_g_first.to(tl.float32) * 1.4426950408889634, b_last
 
 
 @triton.jit
@@ -116,61 +125,49 @@ def _diagonal_scores(b_q, b_e, b_k, b_g, b_first, b_last, PAIRWISE: tl.constexpr
 
 
 @triton.jit
-def _chunk_scores(q, k, g, b, bos, T, t0, i_h, scale, H: tl.constexpr, K: tl.constexpr, BC: tl.constexpr,
-                  BK: tl.constexpr, PAIRWISE: tl.constexpr, CHECK_OPERANDS: tl.constexpr, DOT: tl.constexpr):
-    """The ten [BC, BC] blocks (a, c), c <= a, of L_<=(E Y^T) and L_<=(Q Y^T) of one chunk, accumulated over key
-    blocks: the diagonal blocks token by token (PAIRWISE) or on the midpoint anchor, the blocks below with the
-    rows of sub-chunk a anchored at its first row, where every factor is at most 1. Also the largest midpoint
-    exponent e of the chunk and the largest |k|, |b k|, |scale q| (what a midpoint factor multiplies)."""
+def _row_scores(q, k, g, b, bos, T, t0, i_h, scale, ROW: tl.constexpr, H: tl.constexpr, K: tl.constexpr,
+                BC: tl.constexpr, BK: tl.constexpr, PAIRWISE: tl.constexpr, CHECK_OPERANDS: tl.constexpr,
+                DOT: tl.constexpr):
+    """Row ROW of one chunk's blocks: (ROW, c), c <= ROW, of L_<=(E Y^T) and L_<=(Q Y^T), accumulated over key
+    blocks: the diagonal block token by token (PAIRWISE) or on the midpoint anchor, the blocks below with the
+    rows of sub-chunk ROW anchored at its first row, where every factor is at most 1. Returns the blocks of L
+    for c = 0, 1, 2 (zero from c = ROW on) and the diagonal one, the same of Q Y^T, the row's largest midpoint
+    exponent and its largest |k|, |b k|, |scale q| (what a midpoint factor multiplies). The sub-chunks before
+    ROW are read again for their keys and G, which the cumulative sum needs from the chunk's first row on."""
     amax = 0.0
     b_x = tl.zeros([BK], dtype=tl.float32)     # the exponents per channel position, maxed over blocks: one
     z = tl.zeros([BC, BC], dtype=tl.float32)   # reduction to a scalar at the end instead of one per block
-    b_L00, b_L11, b_L22, b_L33, b_L10, b_L20, b_L21, b_L30, b_L31, b_L32 = z, z, z, z, z, z, z, z, z, z
-    b_S00, b_S11, b_S22, b_S33, b_S10, b_S20, b_S21, b_S30, b_S31, b_S32 = z, z, z, z, z, z, z, z, z, z
+    b_L0, b_L1, b_L2, b_Ld, b_S0, b_S1, b_S2, b_Sd = z, z, z, z, z, z, z, z
     for i_k in range(tl.cdiv(K, BK)):          # the scores are sums over the key axis: accumulate by blocks
         b_p = tl.zeros([BK], dtype=tl.float32)
-        b_q0, b_e0, b_k0, b_g0, b_first0, b_last0 = _sub_chunk(q, k, b, g, bos, T, t0, i_h, i_k, b_p,
-                                                               H, K, BC, BK)
-        b_q1, b_e1, b_k1, b_g1, b_first1, b_last1 = _sub_chunk(q, k, b, g, bos, T, t0 + BC, i_h, i_k, b_last0,
-                                                               H, K, BC, BK)
-        b_q2, b_e2, b_k2, b_g2, b_first2, b_last2 = _sub_chunk(q, k, b, g, bos, T, t0 + 2 * BC, i_h, i_k,
-                                                               b_last1, H, K, BC, BK)
-        b_q3, b_e3, b_k3, b_g3, b_first3, b_last3 = _sub_chunk(q, k, b, g, bos, T, t0 + 3 * BC, i_h, i_k,
-                                                               b_last2, H, K, BC, BK)
+        b_g0, b_g1, b_g2 = z, z, z             # G of the sub-chunks before ROW (a constexpr: only those used)
+        if ROW > 0:
+            b_g0, b_p = _gates(g, bos, T, t0, i_h, i_k, b_p, H, K, BC, BK)
+        if ROW > 1:
+            b_g1, b_p = _gates(g, bos, T, t0 + BC, i_h, i_k, b_p, H, K, BC, BK)
+        if ROW > 2:
+            b_g2, b_p = _gates(g, bos, T, t0 + 2 * BC, i_h, i_k, b_p, H, K, BC, BK)
+        b_q, b_e, b_k, b_g, b_first, b_last = _sub_chunk(q, k, b, g, bos, T, t0 + ROW * BC, i_h, i_k, b_p,
+                                                         H, K, BC, BK)
         if CHECK_OPERANDS:
-            amax = tl.maximum(amax, _largest(b_q0, b_e0, b_k0, scale))
-            amax = tl.maximum(amax, _largest(b_q1, b_e1, b_k1, scale))
-            amax = tl.maximum(amax, _largest(b_q2, b_e2, b_k2, scale))
-            amax = tl.maximum(amax, _largest(b_q3, b_e3, b_k3, scale))
-        b_l, b_s, b_xa = _diagonal_scores(b_q0, b_e0, b_k0, b_g0, b_first0, b_last0, PAIRWISE, BC, DOT)
-        b_L00, b_S00 = b_L00 + b_l, b_S00 + b_s
+            amax = tl.maximum(amax, _largest(b_q, b_e, b_k, scale))
+        b_l, b_s, b_xa = _diagonal_scores(b_q, b_e, b_k, b_g, b_first, b_last, PAIRWISE, BC, DOT)
+        b_Ld, b_Sd = b_Ld + b_l, b_Sd + b_s
         b_x = tl.maximum(b_x, b_xa)
-        b_l, b_s, b_xa = _diagonal_scores(b_q1, b_e1, b_k1, b_g1, b_first1, b_last1, PAIRWISE, BC, DOT)
-        b_L11, b_S11 = b_L11 + b_l, b_S11 + b_s
-        b_x = tl.maximum(b_x, b_xa)
-        b_l, b_s, b_xa = _diagonal_scores(b_q2, b_e2, b_k2, b_g2, b_first2, b_last2, PAIRWISE, BC, DOT)
-        b_L22, b_S22 = b_L22 + b_l, b_S22 + b_s
-        b_x = tl.maximum(b_x, b_xa)
-        b_l, b_s, b_xa = _diagonal_scores(b_q3, b_e3, b_k3, b_g3, b_first3, b_last3, PAIRWISE, BC, DOT)
-        b_L33, b_S33 = b_L33 + b_l, b_S33 + b_s
-        b_x = tl.maximum(b_x, b_xa)
-        b_qr, b_er = _anchored_rows(b_q1, b_e1, b_g1, b_first1)
-        b_l, b_s = _scores(b_qr, b_er, b_first1, b_k0, b_g0, DOT)
-        b_L10, b_S10 = b_L10 + b_l, b_S10 + b_s
-        b_qr, b_er = _anchored_rows(b_q2, b_e2, b_g2, b_first2)
-        b_l, b_s = _scores(b_qr, b_er, b_first2, b_k0, b_g0, DOT)
-        b_L20, b_S20 = b_L20 + b_l, b_S20 + b_s
-        b_l, b_s = _scores(b_qr, b_er, b_first2, b_k1, b_g1, DOT)
-        b_L21, b_S21 = b_L21 + b_l, b_S21 + b_s
-        b_qr, b_er = _anchored_rows(b_q3, b_e3, b_g3, b_first3)
-        b_l, b_s = _scores(b_qr, b_er, b_first3, b_k0, b_g0, DOT)
-        b_L30, b_S30 = b_L30 + b_l, b_S30 + b_s
-        b_l, b_s = _scores(b_qr, b_er, b_first3, b_k1, b_g1, DOT)
-        b_L31, b_S31 = b_L31 + b_l, b_S31 + b_s
-        b_l, b_s = _scores(b_qr, b_er, b_first3, b_k2, b_g2, DOT)
-        b_L32, b_S32 = b_L32 + b_l, b_S32 + b_s
-    return (b_L00, b_L11, b_L22, b_L33, b_L10, b_L20, b_L21, b_L30, b_L31, b_L32,
-            b_S00, b_S11, b_S22, b_S33, b_S10, b_S20, b_S21, b_S30, b_S31, b_S32, tl.max(b_x), amax)
+        if ROW > 0:
+            b_qr, b_er = _anchored_rows(b_q, b_e, b_g, b_first)
+            b_k0 = _load(k + (bos * H + i_h) * K, t0, i_k * BK, T, K, H * K, BC, BK)
+            b_l, b_s = _scores(b_qr, b_er, b_first, b_k0, b_g0, DOT)
+            b_L0, b_S0 = b_L0 + b_l, b_S0 + b_s
+            if ROW > 1:
+                b_k1 = _load(k + (bos * H + i_h) * K, t0 + BC, i_k * BK, T, K, H * K, BC, BK)
+                b_l, b_s = _scores(b_qr, b_er, b_first, b_k1, b_g1, DOT)
+                b_L1, b_S1 = b_L1 + b_l, b_S1 + b_s
+            if ROW > 2:
+                b_k2 = _load(k + (bos * H + i_h) * K, t0 + 2 * BC, i_k * BK, T, K, H * K, BC, BK)
+                b_l, b_s = _scores(b_qr, b_er, b_first, b_k2, b_g2, DOT)
+                b_L2, b_S2 = b_L2 + b_l, b_S2 + b_s
+    return b_L0, b_L1, b_L2, b_Ld, b_S0, b_S1, b_S2, b_Sd, tl.max(b_x), amax
 
 
 @triton.jit
@@ -206,6 +203,25 @@ def _invert_unit_lower4(b_L0, b_L1, b_L2, b_L3, BC: tl.constexpr):
 def _store_block(A, bos, T, i_h, row0, col0, b_x, H: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr):
     p_A, m_A = _tile(A + (bos * H + i_h) * BT, row0, col0, T, BT, H * BT, BC, BC)
     tl.store(p_A, b_x, mask=m_A)
+
+
+@triton.jit
+def _store_row(A, bos, T, i_h, t0, ROW: tl.constexpr, b_x0, b_x1, b_x2, b_xd, H: tl.constexpr, BT: tl.constexpr,
+               BC: tl.constexpr):
+    """The blocks (ROW, c), c <= ROW, of a chunk's [BT, BT] rows: b_x0, b_x1, b_x2 for c < ROW, b_xd for c = ROW."""
+    if ROW > 0:
+        _store_block(A, bos, T, i_h, t0 + ROW * BC, 0, b_x0, H, BT, BC)
+    if ROW > 1:
+        _store_block(A, bos, T, i_h, t0 + ROW * BC, BC, b_x1, H, BT, BC)
+    if ROW > 2:
+        _store_block(A, bos, T, i_h, t0 + ROW * BC, 2 * BC, b_x2, H, BT, BC)
+    _store_block(A, bos, T, i_h, t0 + ROW * BC, ROW * BC, b_xd, H, BT, BC)
+
+
+@triton.jit
+def _load_block(A, bos, T, i_h, row0, col0, H: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr):
+    """A [BC, BC] block of a chunk's [BT, BT] rows, as _store_block wrote it; zero on rows past T."""
+    return _load(A + (bos * H + i_h) * BT, row0, col0, T, BT, H * BT, BC, BC)
 
 
 @triton.jit
@@ -257,27 +273,54 @@ def chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, flags, cu_seqlens, chunk_ind
         if tl.load(flags + i_t * H + i_h) % 2 == 0:
             return
     bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)
-    (b_L00, b_L11, b_L22, b_L33, b_L10, b_L20, b_L21, b_L30, b_L31, b_L32,
-     b_S00, b_S11, b_S22, b_S33, b_S10, b_S20, b_S21, b_S30, b_S31, b_S32, e, amax) = _chunk_scores(
-        q, k, g, b, bos, T, t0, i_h, scale, H, K, BC, BK, MODE == 2, OPERAND_LIMIT < MID_LIMIT, DOT)
+    PAIRWISE: tl.constexpr = MODE == 2
+    CHECK_OPERANDS: tl.constexpr = OPERAND_LIMIT < MID_LIMIT
+    o_c = tl.arange(0, BC)
+    m_incl = o_c[:, None] >= o_c[None, :]
+    # phase 1, one row of sub-chunks at a time: its blocks of L go to A unmasked, those of Q Y^T to Aqk
+    b_L0, b_L1, b_L2, b_Ld, b_S0, b_S1, b_S2, b_Sd, e, amax = _row_scores(
+        q, k, g, b, bos, T, t0, i_h, scale, 0, H, K, BC, BK, PAIRWISE, CHECK_OPERANDS, DOT)
+    _store_row(A, bos, T, i_h, t0, 0, b_L0, b_L1, b_L2, b_Ld, H, BT, BC)
+    _store_row(Aqk, bos, T, i_h, t0, 0, scale * b_S0, scale * b_S1, scale * b_S2,
+               scale * tl.where(m_incl, b_Sd, 0.0), H, BT, BC)
+    b_L0, b_L1, b_L2, b_Ld, b_S0, b_S1, b_S2, b_Sd, e_row, amax_row = _row_scores(
+        q, k, g, b, bos, T, t0, i_h, scale, 1, H, K, BC, BK, PAIRWISE, CHECK_OPERANDS, DOT)
+    e, amax = tl.maximum(e, e_row), tl.maximum(amax, amax_row)
+    _store_row(A, bos, T, i_h, t0, 1, b_L0, b_L1, b_L2, b_Ld, H, BT, BC)
+    _store_row(Aqk, bos, T, i_h, t0, 1, scale * b_S0, scale * b_S1, scale * b_S2,
+               scale * tl.where(m_incl, b_Sd, 0.0), H, BT, BC)
+    b_L0, b_L1, b_L2, b_Ld, b_S0, b_S1, b_S2, b_Sd, e_row, amax_row = _row_scores(
+        q, k, g, b, bos, T, t0, i_h, scale, 2, H, K, BC, BK, PAIRWISE, CHECK_OPERANDS, DOT)
+    e, amax = tl.maximum(e, e_row), tl.maximum(amax, amax_row)
+    _store_row(A, bos, T, i_h, t0, 2, b_L0, b_L1, b_L2, b_Ld, H, BT, BC)
+    _store_row(Aqk, bos, T, i_h, t0, 2, scale * b_S0, scale * b_S1, scale * b_S2,
+               scale * tl.where(m_incl, b_Sd, 0.0), H, BT, BC)
+    b_L0, b_L1, b_L2, b_Ld, b_S0, b_S1, b_S2, b_Sd, e_row, amax_row = _row_scores(
+        q, k, g, b, bos, T, t0, i_h, scale, 3, H, K, BC, BK, PAIRWISE, CHECK_OPERANDS, DOT)
+    e, amax = tl.maximum(e, e_row), tl.maximum(amax, amax_row)
+    _store_row(A, bos, T, i_h, t0, 3, b_L0, b_L1, b_L2, b_Ld, H, BT, BC)
+    _store_row(Aqk, bos, T, i_h, t0, 3, scale * b_S0, scale * b_S1, scale * b_S2,
+               scale * tl.where(m_incl, b_Sd, 0.0), H, BT, BC)
     if MODE == 1:
         unsafe_here = (e > MID_LIMIT).to(tl.int32)
         unsafe_for_operands = (e + tl.log2(tl.maximum(amax, 1.0)) > OPERAND_LIMIT).to(tl.int32)
         tl.store(flags + i_t * H + i_h, unsafe_here + 2 * tl.maximum(unsafe_here, unsafe_for_operands))
+    # phase 2: read the ten blocks of L back (the barrier makes every thread's stores visible to all) and
+    # overwrite them with A = (I + L)^{-1} (the second barrier: every block is read before any is overwritten)
+    tl.debug_barrier()
+    b_L00 = _load_block(A, bos, T, i_h, t0, 0, H, BT, BC)
+    b_L10 = _load_block(A, bos, T, i_h, t0 + BC, 0, H, BT, BC)
+    b_L11 = _load_block(A, bos, T, i_h, t0 + BC, BC, H, BT, BC)
+    b_L20 = _load_block(A, bos, T, i_h, t0 + 2 * BC, 0, H, BT, BC)
+    b_L21 = _load_block(A, bos, T, i_h, t0 + 2 * BC, BC, H, BT, BC)
+    b_L22 = _load_block(A, bos, T, i_h, t0 + 2 * BC, 2 * BC, H, BT, BC)
+    b_L30 = _load_block(A, bos, T, i_h, t0 + 3 * BC, 0, H, BT, BC)
+    b_L31 = _load_block(A, bos, T, i_h, t0 + 3 * BC, BC, H, BT, BC)
+    b_L32 = _load_block(A, bos, T, i_h, t0 + 3 * BC, 2 * BC, H, BT, BC)
+    b_L33 = _load_block(A, bos, T, i_h, t0 + 3 * BC, 3 * BC, H, BT, BC)
+    tl.debug_barrier()
     _store_inverse(A, bos, T, i_h, t0, b_L00, b_L11, b_L22, b_L33, b_L10, b_L20, b_L21, b_L30, b_L31, b_L32,
                    H, BT, BC, DOT)
-    o_c = tl.arange(0, BC)
-    m_incl = o_c[:, None] >= o_c[None, :]
-    _store_block(Aqk, bos, T, i_h, t0, 0, scale * tl.where(m_incl, b_S00, 0.0), H, BT, BC)
-    _store_block(Aqk, bos, T, i_h, t0 + BC, 0, scale * b_S10, H, BT, BC)
-    _store_block(Aqk, bos, T, i_h, t0 + BC, BC, scale * tl.where(m_incl, b_S11, 0.0), H, BT, BC)
-    _store_block(Aqk, bos, T, i_h, t0 + 2 * BC, 0, scale * b_S20, H, BT, BC)
-    _store_block(Aqk, bos, T, i_h, t0 + 2 * BC, BC, scale * b_S21, H, BT, BC)
-    _store_block(Aqk, bos, T, i_h, t0 + 2 * BC, 2 * BC, scale * tl.where(m_incl, b_S22, 0.0), H, BT, BC)
-    _store_block(Aqk, bos, T, i_h, t0 + 3 * BC, 0, scale * b_S30, H, BT, BC)
-    _store_block(Aqk, bos, T, i_h, t0 + 3 * BC, BC, scale * b_S31, H, BT, BC)
-    _store_block(Aqk, bos, T, i_h, t0 + 3 * BC, 2 * BC, scale * b_S32, H, BT, BC)
-    _store_block(Aqk, bos, T, i_h, t0 + 3 * BC, 3 * BC, scale * tl.where(m_incl, b_S33, 0.0), H, BT, BC)
 
 
 @triton.jit
