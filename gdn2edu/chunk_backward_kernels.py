@@ -7,7 +7,7 @@ import torch
 
 from gdn2edu.chunk_kernels import (WY_TILES, _Plan, _block_width, _chunk_of_program,
                                    _forward_output, _forward_states, _load, _load_tile, _on_device, _plan,
-                                   _scan_value_block, _tile, chunk_gdn2_fwd)
+                                   _scan_value_block, _tile, _wy_states, chunk_gdn2_fwd)
 from gdn2edu.fused_recurrent import apply_kernel_options
 
 import triton                        # after gdn2edu.chunk_kernels, which selects the interpreter without a GPU
@@ -292,13 +292,17 @@ def _input_grads(q, k, g, b, f, do, P, dh, dA, dAqk, p: _Plan):
 
 def _backward(q, k, v, g, b, w, initial_state, do, dht, p: _Plan, kept=None):
     """The whole backward on contiguous inputs: recompute the forward's intermediates, then the three launches.
-    kept: what the forward saved, a dict with the names of KEPT (the recomputation skips the intra launches)
+    kept: what the forward saved, a dict with the names of KEPT (only the WY launch runs again, without AZ)
     or of SAVED (nothing is recomputed), or None (everything is). Returns (dq, dk, dv, dg, db, dw) in their
     inputs' types and dh0 float32 or None."""
-    if kept is not None and set(kept) not in (set(KEPT), set(SAVED)):
+    if kept is None:
+        f = _forward_states(q, k, v, g, b, w, initial_state, True, p, store_G=True)
+    elif set(kept) == set(SAVED):
+        f = kept
+    elif set(kept) == set(KEPT):
+        f = dict(kept, **_wy_states(q, k, v, g, b, w, kept["A"], p, store_G=True, store_AZ=False))
+    else:
         raise ValueError(f"kept must hold the names of KEPT {KEPT} or of SAVED {SAVED}, got {tuple(kept)}")
-    complete = kept is not None and set(kept) == set(SAVED)
-    f = kept if complete else _forward_states(q, k, v, g, b, w, initial_state, True, p, store_G=True, intra=kept)
     dR, dh, dh0 = _reverse_scan(f, do, dht, p, initial_state is not None)
     dv, dw, dA, dAqk, P = _local_pullback(v, w, f, do, dR, p)
     dq, dk, dg, db = _input_grads(q, k, g, b, f, do, P, dh, dA, dAqk, p)
@@ -325,8 +329,8 @@ def chunk_gdn2_backward_triton(q, k, v, g, b, w, do, scale=None, initial_state=N
         return _backward(q, k, v, g, b, w, initial_state, do, None if dht is None else dht.contiguous(), p)
 
 
-KEPT = ("A", "Aqk", "flags")             # what the forward keeps by default: the intra kernel's results
-SAVED = KEPT + ("AE", "KG", "QG", "GN", "h", "R", "ht", "G")   # all the backward reads of the forward
+KEPT = ("A", "Aqk", "flags", "h", "R", "ht")   # what the forward keeps by default: the intra and scan results
+SAVED = KEPT + ("AE", "KG", "QG", "GN", "G")    # all the backward reads of the forward
 
 
 class ChunkGDN2TritonFunction(torch.autograd.Function):

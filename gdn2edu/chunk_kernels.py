@@ -326,10 +326,11 @@ def chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, flags, cu_seqlens, chunk_ind
 @triton.jit
 def chunk_gdn2_fwd_wy_kernel(q, k, v, g, b, w, A, AE, AZ, KG, QG, GN, Gc, cu_seqlens, chunk_indices, scale,
                              H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                             BK: tl.constexpr, BV: tl.constexpr, STORE_G: tl.constexpr, DOT: tl.constexpr):
-    """One (chunk, head): AE, AZ, kg = K * gamma_n / gamma, Q_g = scale * Q * gamma ([T, H, *] rows) and
-    gamma_n ([chunks, H, K]), from A ([T, H, BT] rows) and the inputs; with STORE_G also the base-2 G
-    from the chunk's start (Gc [T, H, K] float32, for the backward of Chapter 10)."""
+                             BK: tl.constexpr, BV: tl.constexpr, STORE_G: tl.constexpr, STORE_AZ: tl.constexpr,
+                             DOT: tl.constexpr):
+    """One (chunk, head): AE, AZ (only with STORE_AZ), kg = K * gamma_n / gamma, Q_g = scale * Q * gamma
+    ([T, H, *] rows) and gamma_n ([chunks, H, K]), from A ([T, H, BT] rows) and the inputs; with STORE_G also
+    the base-2 G from the chunk's start (Gc [T, H, K] float32, for the backward of Chapter 10)."""
     i_t, i_h = tl.program_id(0), tl.program_id(1)
     bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)
     o_t = tl.arange(0, BT)
@@ -352,10 +353,12 @@ def chunk_gdn2_fwd_wy_kernel(q, k, v, g, b, w, A, AE, AZ, KG, QG, GN, Gc, cu_seq
         if STORE_G:
             p_x, m_x = _tile(Gc + p_qk, t0, i_k * BK, T, K, H * K, BT, BK)
             tl.store(p_x, b_G, mask=m_x)
-    for i_v in range(tl.cdiv(V, BV)):
-        b_Z = _load(v + p_vw, t0, i_v * BV, T, V, H * V, BT, BV) * _load(w + p_vw, t0, i_v * BV, T, V, H * V, BT, BV)
-        p_x, m_x = _tile(AZ + p_vw, t0, i_v * BV, T, V, H * V, BT, BV)
-        tl.store(p_x, tl.dot(b_A, b_Z, input_precision=DOT), mask=m_x)
+    if STORE_AZ:                            # only the scan reads AZ
+        for i_v in range(tl.cdiv(V, BV)):
+            b_Z = _load(v + p_vw, t0, i_v * BV, T, V, H * V, BT, BV) * _load(w + p_vw, t0, i_v * BV, T, V, H * V,
+                                                                             BT, BV)
+            p_x, m_x = _tile(AZ + p_vw, t0, i_v * BV, T, V, H * V, BT, BV)
+            tl.store(p_x, tl.dot(b_A, b_Z, input_precision=DOT), mask=m_x)
 
 
 @triton.jit
@@ -615,37 +618,49 @@ def _intra_states(q, k, g, b, p: _Plan):
     return dict(A=A, Aqk=Aqk, flags=flags)
 
 
-def _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p: _Plan, store_G=False, intra=None):
-    """The intra (unless their results are given as intra, the dict of _intra_states), WY and scan launches on
-    contiguous inputs. Returns the dict of their results: those of _intra_states; AE, QG, KG [B, T, H, K],
-    AZ, R [B, T, H, V] and h [chunks, H, K, V] in p.store; GN [chunks, H, K] float32; ht [N, H, K, V]
-    float32 or None; G, the base-2 G from each chunk's start [B, T, H, K] float32, if store_G (else None)."""
-    BT = 64
+def _wy_states(q, k, v, g, b, w, A, p: _Plan, store_G=False, store_AZ=True):
+    """The WY launch on contiguous inputs and A [B, T, H, 64]. Returns the dict of its results: AE, QG, KG
+    [B, T, H, K] and AZ [B, T, H, V] (None unless store_AZ) in p.store; GN [chunks, H, K] float32; G, the
+    base-2 G from each chunk's start [B, T, H, K] float32, if store_G (else None)."""
     B, T, H, K, V = p.B, p.T, p.H, p.K, p.V
-    BK = _block_width(K)
-    BV = _scan_value_block(SCAN_TILES["BV"], p.N, H, V, q.device)
     n_chunks = p.chunks.shape[0]
-    f = _intra_states(q, k, g, b, p) if intra is None else intra
-    A = f["A"]
     like = dict(dtype=p.store, device=q.device)
     AE, KG, QG = (torch.empty(B, T, H, K, **like) for _ in range(3))
-    AZ, R = torch.empty(B, T, H, V, **like), torch.empty(B, T, H, V, **like)
+    AZ = torch.empty(B, T, H, V, **like) if store_AZ else None
     GN = torch.empty(n_chunks, H, K, dtype=torch.float32, device=q.device)
-    h = torch.empty(n_chunks, H, K, V, **like)
     G = torch.empty(B, T, H, K, dtype=torch.float32, device=q.device) if store_G else None
     chunk_gdn2_fwd_wy_kernel[(n_chunks, H)](
-        q, k, v, g, b, w, A, AE, AZ, KG, QG, GN, G, p.cu, p.chunks, p.scale, H=H, K=K, V=V, BT=BT,
-        BK=min(BK, WY_TILES["BK"]), BV=_block_width(V, WY_TILES["BV"]),
-        STORE_G=store_G, DOT=p.DOT, num_warps=WY_TILES["num_warps"], num_stages=2)
+        q, k, v, g, b, w, A, AE, AZ, KG, QG, GN, G, p.cu, p.chunks, p.scale, H=H, K=K, V=V, BT=64,
+        BK=min(_block_width(K), WY_TILES["BK"]), BV=_block_width(V, WY_TILES["BV"]),
+        STORE_G=store_G, STORE_AZ=store_AZ, DOT=p.DOT, num_warps=WY_TILES["num_warps"], num_stages=2)
+    return dict(AE=AE, AZ=AZ, KG=KG, QG=QG, GN=GN, G=G)
+
+
+def _scan_states(f, initial_state, output_final_state, p: _Plan):
+    """The scan launch on the WY results f (AE, AZ, KG, GN). Returns the dict of its results: R [B, T, H, V]
+    and h [chunks, H, K, V] in p.store, ht [N, H, K, V] float32 or None."""
+    H, K, V = p.H, p.K, p.V
+    BK = _block_width(K)
+    BV = _scan_value_block(SCAN_TILES["BV"], p.N, H, V, f["AE"].device)
+    R = torch.empty(p.B, p.T, H, V, dtype=p.store, device=f["AE"].device)
+    h = torch.empty(p.chunks.shape[0], H, K, V, dtype=p.store, device=R.device)
     h0 = initial_state.to(torch.float32).contiguous() if initial_state is not None else None
-    ht = q.new_empty(p.N, H, K, V, dtype=torch.float32) if output_final_state else None
+    ht = R.new_empty(p.N, H, K, V, dtype=torch.float32) if output_final_state else None
     chunk_gdn2_fwd_scan_kernel[(triton.cdiv(V, BV), p.N * H)](
-        AE, AZ, KG, GN, h, R, h0, ht, p.cu, p.chunk_offsets, H=H, K=K, V=V, BT=BT, BK=BK, BV=BV,
-        USE_INITIAL_STATE=h0 is not None, STORE_FINAL_STATE=ht is not None, DOT=p.DOT,
+        f["AE"], f["AZ"], f["KG"], f["GN"], h, R, h0, ht, p.cu, p.chunk_offsets, H=H, K=K, V=V, BT=64, BK=BK,
+        BV=BV, USE_INITIAL_STATE=h0 is not None, STORE_FINAL_STATE=ht is not None, DOT=p.DOT,
         num_warps=SCAN_TILES["num_warps"] if BK > 64 else 4,
         num_stages=SCAN_TILES["num_stages"] if p.store != torch.float32 and K <= 128 else 1)  # else they fill
     # shared memory: float32 tiles, or K = 256, where Triton 3.6 asked 288 KiB of an H200's 227 for four stages
-    return dict(f, AE=AE, AZ=AZ, KG=KG, QG=QG, GN=GN, h=h, R=R, ht=ht, G=G)
+    return dict(h=h, R=R, ht=ht)
+
+
+def _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p: _Plan, store_G=False, intra=None):
+    """The intra (unless their results are given as intra, the dict of _intra_states), WY and scan launches on
+    contiguous inputs. Returns one dict of the results of _intra_states, _wy_states and _scan_states."""
+    f = _intra_states(q, k, g, b, p) if intra is None else intra
+    f = dict(f, **_wy_states(q, k, v, g, b, w, f["A"], p, store_G))
+    return dict(f, **_scan_states(f, initial_state, output_final_state, p))
 
 
 def _output_value_block(K, V):

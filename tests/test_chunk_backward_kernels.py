@@ -136,14 +136,15 @@ def test_no_grad_keeps_the_forward_only_path():
 
 
 def test_saved_intermediates_give_the_recomputed_gradients(monkeypatch):
-    """The default keeps the intra kernel's results (the backward launches no intra kernel), disable_recompute
+    """The default keeps the intra and scan kernels' results (its backward launches neither), disable_recompute
     keeps everything, chunk_gdn2_backward_triton recomputes everything; the same float32 kernels give the same
     bits."""
     import gdn2edu.chunk_kernels as ck
     from gdn2edu.chunk_backward_kernels import KEPT, SAVED, chunk_gdn2_backward_triton
     launches = []
-    launch_intra = ck._launch_intra
+    launch_intra, scan_states = ck._launch_intra, ck._scan_states
     monkeypatch.setattr(ck, "_launch_intra", lambda *args: launches.append(args[-1]) or launch_intra(*args))
+    monkeypatch.setattr(ck, "_scan_states", lambda *args: launches.append("scan") or scan_states(*args))
     x = [t.float() for t in make_inputs(1, 70, 2, 16, 16, seed=8)]
     S0, do = torch.randn(1, 2, 16, 16), torch.randn(1, 70, 2, 16)
     results = []
@@ -153,9 +154,9 @@ def test_saved_intermediates_give_the_recomputed_gradients(monkeypatch):
         assert len(o.grad_fn.saved_tensors) == 7 + len(kept)
         launches.clear()
         results.append(torch.autograd.grad((o * do).sum(), leaves))
-        assert launches == []                                   # neither backward recomputes A or Aqk
+        assert launches == []                                   # neither backward recomputes A, Aqk, h or R
     results.append(chunk_gdn2_backward_triton(*x, do, initial_state=S0))
-    assert launches == [1, 2]                                   # the recomputing one does, in both modes
+    assert launches == [1, 2, "scan"]                           # the recomputing one does: intra in both modes
     for default, saved, recomputed in zip(*results):
         assert torch.equal(default, saved) and torch.equal(default, recomputed)
 

@@ -25,7 +25,7 @@ import triton.testing
 from gdn2edu import chunk_backward_kernels as cb
 from gdn2edu.bench import STANDARD_SHAPES, provenance
 from gdn2edu.chunk_backward_kernels import BACKWARD_TILE_TABLES
-from gdn2edu.chunk_kernels import _forward_states, _plan, baseline_inputs
+from gdn2edu.chunk_kernels import _forward_states, _plan, _wy_states, baseline_inputs
 
 INPUTS = [dict(BK=128, BV=64, num_warps=8, num_stages=2), dict(BK=128, BV=32, num_warps=8, num_stages=2),
           dict(BK=64, BV=64, num_warps=8, num_stages=2), dict(BK=32, BV=64, num_warps=8, num_stages=2)]
@@ -75,10 +75,8 @@ def main(argv=None):
     dR, dh, _ = cb._reverse_scan(f, do, None, p, False)
     _, _, dA, dAqk, P = cb._local_pullback(x[2], x[5], f, do, dR, p)
 
-    kept = {name: f[name] for name in cb.KEPT}
-
-    def recompute():                                 # what the backward recomputes: WY and scan, not intra
-        return _forward_states(*x, None, True, p, store_G=True, intra=kept)
+    def recompute():                                 # what the backward recomputes: WY without AZ
+        return _wy_states(*x, f["A"], p, store_G=True, store_AZ=False)
 
     timed_call = {"BWD_INPUTS_TILES": lambda: cb._input_grads(x[0], x[1], x[3], x[4], f, do, P, dh, dA, dAqk, p),
                   "WY_TILES": recompute}
