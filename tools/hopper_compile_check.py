@@ -51,6 +51,8 @@ BWD_BF16 = ("q", "k", "v", "b", "w", "do", "QG", "AE", "KG", "dR", "dh", "R", "P
 # the intra kernel's 16-bit inputs with bf16 q, k, b (g stays float32, as in the benchmark's inputs; A, Aqk
 # are always float32): the launch that the benchmark times
 INTRA_BF16 = ("q", "k", "b")
+# the WY kernel's 16-bit pointers: its inputs but g, its 16-bit outputs (not GN and Gc, float32 always)
+WY_BF16 = ("q", "k", "v", "b", "w", "AE", "AZ", "KG", "QG")
 # the short convolution's 16-bit tensors in a bf16 layer (its partial sums dw, db stay float32)
 CONV_BF16 = ("x", "weight", "bias", "state", "y", "dy", "dx", "dstate")
 # the output norm's 16-bit tensors in a bf16 layer (rstd and the partial sums dw stay float32)
@@ -98,9 +100,10 @@ def launches(K, V, fp32_dot=None):
            intra["num_warps"], intra["num_stages"], pointers)
           for dot, pointers, store in ((f32, (), torch.float32), ("tf32", INTRA_BF16, torch.bfloat16),
                                        ("tf32", INTRA_BF16, torch.float16)) for mode in (1, 2)),
-        (ck.chunk_gdn2_fwd_wy_kernel, dict(H=H, K=K, V=V, BT=64, BK=wy["BK"], BV=wy["BV"], STORE_G=True,
-                                           DOT=f32),
-         wy["num_warps"], 2, ()),
+        # the WY kernel as the forward launches it (AZ, no G) and as the backward's recomputation does (G, no AZ)
+        *((ck.chunk_gdn2_fwd_wy_kernel, dict(H=H, K=K, V=V, BT=64, BK=wy["BK"], BV=wy["BV"], STORE_G=not forward,
+                                             STORE_AZ=forward, DOT=dot), wy["num_warps"], 2, pointers)
+          for dot, pointers in ((f32, ()), ("tf32", WY_BF16)) for forward in (True, False)),
         (ck.chunk_gdn2_fwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=fscan_bv, USE_INITIAL_STATE=True,
                                              STORE_FINAL_STATE=True, DOT=f32), scan["num_warps"], 1, ()),
         (ck.chunk_gdn2_fwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=fscan_bv, USE_INITIAL_STATE=True,
