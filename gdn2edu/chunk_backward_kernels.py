@@ -5,7 +5,7 @@
 
 import torch
 
-from gdn2edu.chunk_kernels import (WY_TILES, _Plan, _block_width, _chunk_of_program,
+from gdn2edu.chunk_kernels import (_Plan, _block_width, _chunk_of_program,
                                    _forward_output, _forward_states, _load, _load_tile, _on_device, _plan,
                                    _scan_value_block, _tile, _wy_states, chunk_gdn2_fwd)
 from gdn2edu.fused_recurrent import apply_kernel_options
@@ -63,10 +63,12 @@ def chunk_gdn2_bwd_scan_kernel(Aqk, QG, AE, KG, GN, do, dR, dh, dht, dh0, cu_seq
 BWD_SCAN_TILES = {"BV": "auto", "num_warps": 4, "num_stages": 3}
 BWD_LOCAL_TILES = {"BV": 128, "num_warps": 4, "num_stages": 1}
 BWD_INPUTS_TILES = {"BK": 128, "BV": 64, "num_warps": 8, "num_stages": 2}
-# the tables a backward tuning run sets (tools/gpu_tune_backward.py) and records, by name; the forward's WY
-# kernel runs again in the backward's recomputation (the intra kernel's results the forward keeps)
+# the forward's WY kernel as the backward's recomputation launches it (writing G, not AZ): its own table,
+# since it holds more tiles than the forward's launch and four warps beat the forward's two there
+BWD_WY_TILES = {"BK": 32, "BV": 64, "num_warps": 4}
+# the tables a backward tuning run sets (tools/gpu_tune_backward.py) and records, by name
 BACKWARD_TILE_TABLES = {"BWD_SCAN_TILES": BWD_SCAN_TILES, "BWD_LOCAL_TILES": BWD_LOCAL_TILES,
-                        "BWD_INPUTS_TILES": BWD_INPUTS_TILES, "WY_TILES": WY_TILES}
+                        "BWD_INPUTS_TILES": BWD_INPUTS_TILES, "BWD_WY_TILES": BWD_WY_TILES}
 
 
 def _reverse_scan(f, do, dht, p: _Plan, want_dh0):
@@ -300,7 +302,8 @@ def _backward(q, k, v, g, b, w, initial_state, do, dht, p: _Plan, kept=None):
     elif set(kept) == set(SAVED):
         f = kept
     elif set(kept) == set(KEPT):
-        f = dict(kept, **_wy_states(q, k, v, g, b, w, kept["A"], p, store_G=True, store_AZ=False))
+        f = dict(kept, **_wy_states(q, k, v, g, b, w, kept["A"], p, store_G=True, store_AZ=False,
+                                    tiles=BWD_WY_TILES))
     else:
         raise ValueError(f"kept must hold the names of KEPT {KEPT} or of SAVED {SAVED}, got {tuple(kept)}")
     dR, dh, dh0 = _reverse_scan(f, do, dht, p, initial_state is not None)

@@ -618,10 +618,12 @@ def _intra_states(q, k, g, b, p: _Plan):
     return dict(A=A, Aqk=Aqk, flags=flags)
 
 
-def _wy_states(q, k, v, g, b, w, A, p: _Plan, store_G=False, store_AZ=True):
-    """The WY launch on contiguous inputs and A [B, T, H, 64]. Returns the dict of its results: AE, QG, KG
-    [B, T, H, K] and AZ [B, T, H, V] (None unless store_AZ) in p.store; GN [chunks, H, K] float32; G, the
-    base-2 G from each chunk's start [B, T, H, K] float32, if store_G (else None)."""
+def _wy_states(q, k, v, g, b, w, A, p: _Plan, store_G=False, store_AZ=True, tiles=None):
+    """The WY launch on contiguous inputs and A [B, T, H, 64], with the tile table ``tiles`` (None: WY_TILES).
+    Returns the dict of its results: AE, QG, KG [B, T, H, K] and AZ [B, T, H, V] (None unless store_AZ) in
+    p.store; GN [chunks, H, K] float32; G, the base-2 G from each chunk's start [B, T, H, K] float32, if
+    store_G (else None)."""
+    tiles = WY_TILES if tiles is None else tiles
     B, T, H, K, V = p.B, p.T, p.H, p.K, p.V
     n_chunks = p.chunks.shape[0]
     like = dict(dtype=p.store, device=q.device)
@@ -631,8 +633,8 @@ def _wy_states(q, k, v, g, b, w, A, p: _Plan, store_G=False, store_AZ=True):
     G = torch.empty(B, T, H, K, dtype=torch.float32, device=q.device) if store_G else None
     chunk_gdn2_fwd_wy_kernel[(n_chunks, H)](
         q, k, v, g, b, w, A, AE, AZ, KG, QG, GN, G, p.cu, p.chunks, p.scale, H=H, K=K, V=V, BT=64,
-        BK=min(_block_width(K), WY_TILES["BK"]), BV=_block_width(V, WY_TILES["BV"]),
-        STORE_G=store_G, STORE_AZ=store_AZ, DOT=p.DOT, num_warps=WY_TILES["num_warps"], num_stages=2)
+        BK=min(_block_width(K), tiles["BK"]), BV=_block_width(V, tiles["BV"]),
+        STORE_G=store_G, STORE_AZ=store_AZ, DOT=p.DOT, num_warps=tiles["num_warps"], num_stages=2)
     return dict(AE=AE, AZ=AZ, KG=KG, QG=QG, GN=GN, G=G)
 
 

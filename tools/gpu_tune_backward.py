@@ -1,5 +1,6 @@
-"""Time tile settings of the backward's inputs kernel and the forward's WY kernel (which the backward re-runs,
-with the scan, on the intra kernel's results that the forward keeps) on a GPU, and the reverse scan at each fixed value block for the standard shapes; write
+"""Time tile settings of the backward's inputs kernel and of the forward's WY kernel as the backward re-runs it
+(on the triangles the forward keeps, writing G and not AZ) on a GPU, and the reverse scan at each fixed value
+block for the standard shapes; write
 the timings with their provenance and the fastest setting of each table to a JSON file (Chapter 10 shows
 it; a setting worth keeping goes into Chapter 10's tables, which ``python -m gdn2edu.bench`` then records
 with every run).
@@ -29,9 +30,9 @@ from gdn2edu.chunk_kernels import _forward_states, _plan, _wy_states, baseline_i
 
 INPUTS = [dict(BK=128, BV=64, num_warps=8, num_stages=2), dict(BK=128, BV=32, num_warps=8, num_stages=2),
           dict(BK=64, BV=64, num_warps=8, num_stages=2), dict(BK=32, BV=64, num_warps=8, num_stages=2)]
-WY = [dict(BK=32, BV=64, num_warps=2), dict(BK=32, BV=64, num_warps=8), dict(BK=16, BV=64, num_warps=8),
-      dict(BK=32, BV=64, num_warps=4)]
-SETTINGS = {"BWD_INPUTS_TILES": INPUTS, "WY_TILES": WY}     # by table name
+WY = [dict(BK=32, BV=64, num_warps=4), dict(BK=32, BV=64, num_warps=2), dict(BK=32, BV=64, num_warps=8),
+      dict(BK=16, BV=64, num_warps=4), dict(BK=64, BV=64, num_warps=4), dict(BK=64, BV=64, num_warps=8)]
+SETTINGS = {"BWD_INPUTS_TILES": INPUTS, "BWD_WY_TILES": WY}     # by table name
 SCAN_BLOCKS = (16, 32, 64)
 
 
@@ -76,10 +77,10 @@ def main(argv=None):
     _, _, dA, dAqk, P = cb._local_pullback(x[2], x[5], f, do, dR, p)
 
     def recompute():                                 # what the backward recomputes: WY without AZ
-        return _wy_states(*x, f["A"], p, store_G=True, store_AZ=False)
+        return _wy_states(*x, f["A"], p, store_G=True, store_AZ=False, tiles=cb.BWD_WY_TILES)
 
     timed_call = {"BWD_INPUTS_TILES": lambda: cb._input_grads(x[0], x[1], x[3], x[4], f, do, P, dh, dA, dAqk, p),
-                  "WY_TILES": recompute}
+                  "BWD_WY_TILES": recompute}
     result = {"provenance": provenance("cuda", args.commit, sys.argv[1:] if argv is None else argv,
                                        "python tools/gpu_tune_backward.py"), "shape": [1, 8192, 16], "timed": [], "best": {}}
     if args.scan_blocks:

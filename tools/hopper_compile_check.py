@@ -86,7 +86,7 @@ def launches(K, V, fp32_dot=None):
     The float32 launches' products use ``fp32_dot`` (None: chunk_kernels.FLOAT32_DOT), the bf16 ones "tf32"."""
     f32 = ck.FLOAT32_DOT if fp32_dot is None else fp32_dot
     intra, wy, scan, out = ck.INTRA_TILES, ck.WY_TILES, ck.SCAN_TILES, ck.OUTPUT_TILES
-    bscan, blocal, binputs = cb.BWD_SCAN_TILES, cb.BWD_LOCAL_TILES, cb.BWD_INPUTS_TILES
+    bscan, blocal, binputs, bwy = cb.BWD_SCAN_TILES, cb.BWD_LOCAL_TILES, cb.BWD_INPUTS_TILES, cb.BWD_WY_TILES
     conv = sc.CONV_TILES
     # both scans' value blocks; "auto" picks at most 64, which is what it picks without a GPU: the largest tiles
     scan_bv, fscan_bv = (ck._scan_value_block(t["BV"], 1, H, V, torch.device("cpu")) for t in (bscan, scan))
@@ -101,9 +101,9 @@ def launches(K, V, fp32_dot=None):
           for dot, pointers, store in ((f32, (), torch.float32), ("tf32", INTRA_BF16, torch.bfloat16),
                                        ("tf32", INTRA_BF16, torch.float16)) for mode in (1, 2)),
         # the WY kernel as the forward launches it (AZ, no G) and as the backward's recomputation does (G, no AZ)
-        *((ck.chunk_gdn2_fwd_wy_kernel, dict(H=H, K=K, V=V, BT=64, BK=wy["BK"], BV=wy["BV"], STORE_G=not forward,
-                                             STORE_AZ=forward, DOT=dot), wy["num_warps"], 2, pointers)
-          for dot, pointers in ((f32, ()), ("tf32", WY_BF16)) for forward in (True, False)),
+        *((ck.chunk_gdn2_fwd_wy_kernel, dict(H=H, K=K, V=V, BT=64, BK=t["BK"], BV=t["BV"], STORE_G=not forward,
+                                             STORE_AZ=forward, DOT=dot), t["num_warps"], 2, pointers)
+          for dot, pointers in ((f32, ()), ("tf32", WY_BF16)) for forward, t in ((True, wy), (False, bwy))),
         (ck.chunk_gdn2_fwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=fscan_bv, USE_INITIAL_STATE=True,
                                              STORE_FINAL_STATE=True, DOT=f32), scan["num_warps"], 1, ()),
         (ck.chunk_gdn2_fwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=fscan_bv, USE_INITIAL_STATE=True,
