@@ -65,7 +65,7 @@ BWD_LOCAL_TILES = {"BV": 128, "num_warps": 4, "num_stages": 1}
 BWD_INPUTS_TILES = {"BK": 128, "BV": 64, "num_warps": 8, "num_stages": 2}
 # the forward's WY kernel as the backward's recomputation launches it (writing G, not AZ): its own table,
 # since it holds more tiles than the forward's launch and four warps beat the forward's two there
-BWD_WY_TILES = {"BK": 32, "BV": 64, "num_warps": 4}
+BWD_WY_TILES = {"BK": 64, "BV": 64, "num_warps": 4}
 # the tables a backward tuning run sets (tools/gpu_tune_backward.py) and records, by name
 BACKWARD_TILE_TABLES = {"BWD_SCAN_TILES": BWD_SCAN_TILES, "BWD_LOCAL_TILES": BWD_LOCAL_TILES,
                         "BWD_INPUTS_TILES": BWD_INPUTS_TILES, "BWD_WY_TILES": BWD_WY_TILES}
