@@ -378,9 +378,9 @@ def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_st
     cu_seqlens, initial_state is [B, H, K, V] or None; with cu_seqlens (int tensor [N + 1], B = 1) the N packed
     sequences run independently and the states are [N, H, K, V]. safe_gate=True takes the midpoint anchor on
     every sub-chunk unchecked and requires every g in [-5, 0] (lower_bound, if given, must lie in [-5, 0));
-    the default checks each chunk and is finite for every g <= 0. The forward keeps A and Aqk for the backward
-    and the backward recomputes the other intermediates; disable_recompute=True keeps them all instead
-    (more memory, the same gradients).
+    the default checks each chunk and is finite for every g <= 0. The forward keeps A, Aqk and the scan's
+    states h and corrections R for the backward, which recomputes the other intermediates; disable_recompute=True
+    keeps them all instead (more memory, the same gradients).
     FLA's options use_qk_l2norm_in_kernel and use_gate_in_kernel (g then holds raw logits; A_log [H], dt_bias
     [H * K], and lower_bound, if given, for the bounded gate; with safe_gate, lower_bound is required) are
     applied before the kernels by Chapter 8's apply_kernel_options (the L2 normalisation with its own kernels
