@@ -294,18 +294,19 @@ def _input_grads(q, k, g, b, f, do, P, dh, dA, dAqk, p: _Plan):
 
 def _backward(q, k, v, g, b, w, initial_state, do, dht, p: _Plan, kept=None):
     """The whole backward on contiguous inputs: recompute the forward's intermediates, then the three launches.
-    kept: what the forward saved, a dict with the names of KEPT (only the WY launch runs again, without AZ)
-    or of SAVED (nothing is recomputed), or None (everything is). Returns (dq, dk, dv, dg, db, dw) in their
-    inputs' types and dh0 float32 or None."""
-    if kept is None:
-        f = _forward_states(q, k, v, g, b, w, initial_state, True, p, store_G=True)
+    kept: what the forward saved, a dict with the names of KEPT (only the WY launch runs again, without AZ),
+    of KEPT_LEAN (WY and scan run again), of SAVED (nothing is recomputed), or None (everything is). Returns
+    (dq, dk, dv, dg, db, dw) in their inputs' types and dh0 float32 or None."""
+    if kept is None or set(kept) == set(KEPT_LEAN):
+        f = _forward_states(q, k, v, g, b, w, initial_state, True, p, store_G=True, intra=kept)
     elif set(kept) == set(SAVED):
         f = kept
     elif set(kept) == set(KEPT):
         f = dict(kept, **_wy_states(q, k, v, g, b, w, kept["A"], p, store_G=True, store_AZ=False,
                                     tiles=BWD_WY_TILES))
     else:
-        raise ValueError(f"kept must hold the names of KEPT {KEPT} or of SAVED {SAVED}, got {tuple(kept)}")
+        raise ValueError(f"kept must hold the names of KEPT_LEAN {KEPT_LEAN}, KEPT {KEPT} or SAVED {SAVED}, got "
+                         f"{tuple(kept)}")
     dR, dh, dh0 = _reverse_scan(f, do, dht, p, initial_state is not None)
     dv, dw, dA, dAqk, P = _local_pullback(v, w, f, do, dR, p)
     dq, dk, dg, db = _input_grads(q, k, g, b, f, do, P, dh, dA, dAqk, p)
@@ -332,26 +333,27 @@ def chunk_gdn2_backward_triton(q, k, v, g, b, w, do, scale=None, initial_state=N
         return _backward(q, k, v, g, b, w, initial_state, do, None if dht is None else dht.contiguous(), p)
 
 
-KEPT = ("A", "Aqk", "flags", "h", "R", "ht")   # what the forward keeps by default: the intra and scan results
-SAVED = KEPT + ("AE", "KG", "QG", "GN", "G")    # all the backward reads of the forward
+KEPT_LEAN = ("A", "Aqk", "flags")                # with recompute_states=True: the intra kernel's results
+KEPT = KEPT_LEAN + ("h", "R", "ht")              # what the forward keeps by default: the intra and scan results
+SAVED = KEPT + ("AE", "KG", "QG", "GN", "G")     # all the backward reads of the forward
 
 
 class ChunkGDN2TritonFunction(torch.autograd.Function):
     """The Triton forward of Chapter 9 with the Triton backward of this chapter.
 
-    apply(q, k, v, g, b, w, initial_state, plan, disable_recompute) -> (o, final state float32), plan from
-    chunk_kernels._plan. By default the forward saves its inputs and KEPT, and the backward recomputes the
-    other intermediates; disable_recompute=True keeps all of SAVED instead (the same kernels, the same
-    types: the same gradients).
+    apply(q, k, v, g, b, w, initial_state, plan, kept_names) -> (o, final state float32), plan from
+    chunk_kernels._plan, kept_names one of KEPT_LEAN, KEPT, SAVED: what the forward saves besides its
+    inputs; the backward recomputes the other intermediates (the same kernels, the same types: the same
+    gradients whichever is kept).
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, g, b, w, initial_state, plan, disable_recompute):
+    def forward(ctx, q, k, v, g, b, w, initial_state, plan, kept_names):
         q, k, v, g, b, w = (x.contiguous() for x in (q, k, v, g, b, w))
         with _on_device(q):
-            f = _forward_states(q, k, v, g, b, w, initial_state, True, plan, store_G=disable_recompute)
+            f = _forward_states(q, k, v, g, b, w, initial_state, True, plan, store_G=kept_names == SAVED)
             o = _forward_output(v, f, plan)
-        ctx.kept_names = SAVED if disable_recompute else KEPT
+        ctx.kept_names = kept_names
         ctx.save_for_backward(q, k, v, g, b, w, initial_state, *(f[name] for name in ctx.kept_names))
         ctx.plan = plan
         ctx.set_materialize_grads(False)
@@ -370,7 +372,7 @@ class ChunkGDN2TritonFunction(torch.autograd.Function):
 
 def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
                safe_gate=False, lower_bound=None, disable_recompute=False, *, use_qk_l2norm_in_kernel=False,
-               use_gate_in_kernel=False, A_log=None, dt_bias=None):
+               use_gate_in_kernel=False, A_log=None, dt_bias=None, recompute_states=False):
     """Gated DeltaNet-2 by chunks of 64 tokens in Triton, differentiable: FLA's ``chunk_gdn2`` semantics.
 
     q, k: [B, T, H, K]; v: [B, T, H, V]; g: [B, T, H, K] natural-log decay (any g <= 0); b: [B, T, H, K] erase
@@ -380,7 +382,8 @@ def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_st
     every sub-chunk unchecked and requires every g in [-5, 0] (lower_bound, if given, must lie in [-5, 0));
     the default checks each chunk and is finite for every g <= 0. The forward keeps A, Aqk and the scan's
     states h and corrections R for the backward, which recomputes the other intermediates; disable_recompute=True
-    keeps them all instead (more memory, the same gradients).
+    keeps them all instead, recompute_states=True (ours, not FLA's) keeps only A and Aqk and runs the scan
+    again (more or less memory between the passes, the same gradients).
     FLA's options use_qk_l2norm_in_kernel and use_gate_in_kernel (g then holds raw logits; A_log [H], dt_bias
     [H * K], and lower_bound, if given, for the bounded gate; with safe_gate, lower_bound is required) are
     applied before the kernels by Chapter 8's apply_kernel_options (the L2 normalisation with its own kernels
@@ -391,8 +394,12 @@ def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_st
     otherwise this is ``chunk_gdn2_fwd``.
     """
 
-    if not isinstance(disable_recompute, bool):
-        raise ValueError(f"disable_recompute must be a bool, got {disable_recompute!r}")
+    for name, flag in (("disable_recompute", disable_recompute), ("recompute_states", recompute_states)):
+        if not isinstance(flag, bool):
+            raise ValueError(f"{name} must be a bool, got {flag!r}")
+    if disable_recompute and recompute_states:
+        raise ValueError("disable_recompute=True keeps every intermediate and recompute_states=True drops the "
+                         "states: choose one")
     if safe_gate is True and use_gate_in_kernel is True and lower_bound is None:
         raise ValueError("lower_bound must be given with safe_gate=True and use_gate_in_kernel=True: the softplus "
                          "gate is unbounded below, and safe_gate needs every g in [-5, 0]")
@@ -403,5 +410,6 @@ def chunk_gdn2(q, k, v, g, b, w, scale=None, initial_state=None, output_final_st
         return chunk_gdn2_fwd(q, k, v, g, b, w, scale, initial_state, output_final_state, cu_seqlens,
                               safe_gate, lower_bound)
     p = _plan(q, k, v, g, b, w, scale, initial_state, cu_seqlens, safe_gate, lower_bound)
-    o, ht = ChunkGDN2TritonFunction.apply(q, k, v, g, b, w, initial_state, p, disable_recompute)
+    kept_names = SAVED if disable_recompute else KEPT_LEAN if recompute_states else KEPT
+    o, ht = ChunkGDN2TritonFunction.apply(q, k, v, g, b, w, initial_state, p, kept_names)
     return o, (ht if output_final_state else None)

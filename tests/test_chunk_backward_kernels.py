@@ -136,11 +136,11 @@ def test_no_grad_keeps_the_forward_only_path():
 
 
 def test_saved_intermediates_give_the_recomputed_gradients(monkeypatch):
-    """The default keeps the intra and scan kernels' results (its backward launches neither), disable_recompute
-    keeps everything, chunk_gdn2_backward_triton recomputes everything; the same float32 kernels give the same
-    bits."""
+    """The default keeps the intra and scan kernels' results (its backward launches neither), recompute_states
+    keeps the intra kernel's only (its backward runs the scan again), disable_recompute keeps everything,
+    chunk_gdn2_backward_triton recomputes everything; the same float32 kernels give the same bits."""
     import gdn2edu.chunk_kernels as ck
-    from gdn2edu.chunk_backward_kernels import KEPT, SAVED, chunk_gdn2_backward_triton
+    from gdn2edu.chunk_backward_kernels import KEPT, KEPT_LEAN, SAVED, chunk_gdn2_backward_triton
     launches = []
     launch_intra, scan_states = ck._launch_intra, ck._scan_states
     monkeypatch.setattr(ck, "_launch_intra", lambda *args: launches.append(args[-1]) or launch_intra(*args))
@@ -148,17 +148,28 @@ def test_saved_intermediates_give_the_recomputed_gradients(monkeypatch):
     x = [t.float() for t in make_inputs(1, 70, 2, 16, 16, seed=8)]
     S0, do = torch.randn(1, 2, 16, 16), torch.randn(1, 70, 2, 16)
     results = []
-    for save, kept in ((False, KEPT), (True, SAVED)):
+    modes = ((dict(), KEPT, []), (dict(recompute_states=True), KEPT_LEAN, ["scan"]),
+             (dict(disable_recompute=True), SAVED, []))
+    for options, kept, relaunched in modes:
         leaves = [t.clone().requires_grad_() for t in (*x, S0)]
-        o, _ = chunk_gdn2(*leaves[:6], initial_state=leaves[6], disable_recompute=save)
+        o, _ = chunk_gdn2(*leaves[:6], initial_state=leaves[6], **options)
         assert len(o.grad_fn.saved_tensors) == 7 + len(kept)
         launches.clear()
         results.append(torch.autograd.grad((o * do).sum(), leaves))
-        assert launches == []                                   # neither backward recomputes A, Aqk, h or R
+        assert launches == relaunched                           # no backward recomputes A or Aqk
     results.append(chunk_gdn2_backward_triton(*x, do, initial_state=S0))
     assert launches == [1, 2, "scan"]                           # the recomputing one does: intra in both modes
-    for default, saved, recomputed in zip(*results):
-        assert torch.equal(default, saved) and torch.equal(default, recomputed)
+    for default, *others in zip(*results):
+        assert all(torch.equal(default, other) for other in others)
+
+
+def test_recompute_options_are_checked():
+    """recompute_states and disable_recompute are bools, and not both True."""
+    leaves = [t.float().requires_grad_() for t in make_inputs(1, 20, 1, 16, 16, seed=2)]
+    with pytest.raises(ValueError, match="recompute_states must be a bool"):
+        chunk_gdn2(*leaves, recompute_states=1)
+    with pytest.raises(ValueError, match="choose one"):
+        chunk_gdn2(*leaves, disable_recompute=True, recompute_states=True)
 
 
 def test_half_precision_within_the_rewy_thresholds():
@@ -186,11 +197,11 @@ def test_half_precision_within_the_rewy_thresholds():
 
 
 def test_backward_refuses_a_kept_dict_of_other_names():
-    """_backward takes what the forward kept: the names of KEPT or of SAVED, nothing in between."""
+    """_backward takes what the forward kept: the names of KEPT_LEAN, KEPT or SAVED, nothing in between."""
     from gdn2edu.chunk_backward_kernels import KEPT, _backward
     from gdn2edu.chunk_kernels import _forward_states, _plan
     x = [t.float() for t in make_inputs(1, 20, 1, 16, 16, seed=3)]
     p = _plan(*x, None, None, None)
     f = _forward_states(*x, None, True, p, store_G=True)
-    with pytest.raises(ValueError, match="kept must hold the names of KEPT"):
+    with pytest.raises(ValueError, match="kept must hold the names of KEPT_LEAN"):
         _backward(*x, None, torch.zeros_like(x[2]), None, p, {name: f[name] for name in KEPT[:2]})
