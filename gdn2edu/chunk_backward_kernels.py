@@ -294,7 +294,8 @@ def _input_grads(q, k, g, b, f, do, P, dh, dA, dAqk, p: _Plan):
 
 def _backward(q, k, v, g, b, w, initial_state, do, dht, p: _Plan, kept=None):
     """The whole backward on contiguous inputs: recompute the forward's intermediates, then the three launches.
-    kept: what the forward saved, a dict with the names of KEPT (only the WY launch runs again, without AZ),
+    kept: what the forward saved, a dict with the names of KEPT (only the WY launch runs again, without AZ and
+    on BWD_WY_TILES, whose sums may round in another order than the forward's launch did),
     of KEPT_LEAN (WY and scan run again), of SAVED (nothing is recomputed), or None (everything is). Returns
     (dq, dk, dv, dg, db, dw) in their inputs' types and dh0 float32 or None."""
     if kept is None or set(kept) == set(KEPT_LEAN):
@@ -344,7 +345,7 @@ class ChunkGDN2TritonFunction(torch.autograd.Function):
     apply(q, k, v, g, b, w, initial_state, plan, kept_names) -> (o, final state float32), plan from
     chunk_kernels._plan, kept_names one of KEPT_LEAN, KEPT, SAVED: what the forward saves besides its
     inputs; the backward recomputes the other intermediates (the same kernels, the same types: the same
-    gradients whichever is kept).
+    gradients whichever is kept, up to the order in which the WY launches round, see _backward).
     """
 
     @staticmethod
@@ -354,7 +355,9 @@ class ChunkGDN2TritonFunction(torch.autograd.Function):
             f = _forward_states(q, k, v, g, b, w, initial_state, True, plan, store_G=kept_names == SAVED)
             o = _forward_output(v, f, plan)
         ctx.kept_names = kept_names
-        ctx.save_for_backward(q, k, v, g, b, w, initial_state, *(f[name] for name in ctx.kept_names))
+        # ht is also returned: the backward keeps its own copy, so that the caller may change the returned one
+        kept = (f[name].clone() if name == "ht" else f[name] for name in kept_names)
+        ctx.save_for_backward(q, k, v, g, b, w, initial_state, *kept)
         ctx.plan = plan
         ctx.set_materialize_grads(False)
         return o, f["ht"]

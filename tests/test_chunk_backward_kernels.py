@@ -163,6 +163,20 @@ def test_saved_intermediates_give_the_recomputed_gradients(monkeypatch):
         assert all(torch.equal(default, other) for other in others)
 
 
+def test_returned_final_state_may_be_changed_in_place():
+    """The forward keeps its final state for the backward; changing the returned one in place (a decoding
+    cache) must not break the backward, in any mode."""
+    x = [t.float() for t in make_inputs(1, 70, 2, 16, 16, seed=5)]
+    for options in ({}, dict(recompute_states=True), dict(disable_recompute=True)):
+        leaves = [t.clone().requires_grad_() for t in x]
+        o, ht = chunk_gdn2(*leaves, output_final_state=True, **options)
+        want = torch.autograd.grad(o.sum(), leaves, retain_graph=True)
+        with torch.no_grad():
+            ht.mul_(0.5)
+        got = torch.autograd.grad(o.sum(), leaves)
+        assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
 def test_recompute_options_are_checked():
     """recompute_states and disable_recompute are bools, and not both True."""
     leaves = [t.float().requires_grad_() for t in make_inputs(1, 20, 1, 16, 16, seed=2)]
