@@ -1,9 +1,11 @@
 """The options of tools/hopper_compile_check.py that narrow what it compiles (--arch, --dim, --kernels) and
-choose the float32 launches' product precision (--fp32-dot), on one small kernel so that it takes seconds.
+choose the float32 launches' product precision (--fp32-dot), and the record it writes (--out), on one small
+kernel so that it takes seconds.
 
 Chapter 11 runs the tool this way to show what IEEE float32 products compile to; a bad option must stop it
 with an error that names the option, and a selection that compiles nothing must not pass."""
 
+import json
 import subprocess
 import sys
 
@@ -68,3 +70,28 @@ def test_aligned_pointers_change_what_is_compiled(root):
         assert result.returncode == 0, result.stdout + result.stderr[-3000:]
         usage.append([line.split("REG:")[1] for line in result.stdout.splitlines() if "REG:" in line])
     assert len(usage[0]) == len(usage[1]) == 2 and usage[0] != usage[1], usage
+
+
+def test_out_records_each_launch_with_provenance(root, tmp_path):
+    """--out writes every compiled launch with its registers and stack, and the provenance of the record."""
+    out = tmp_path / "record.json"
+    result = run_tool(root, "--arch", "sm_90", "--dim", "128", "--kernels", KERNEL, "--aligned", "--out", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    record = json.loads(out.read_text())
+    assert {"commit", "triton", "torch", "date", "command"} <= set(record["provenance"]), record["provenance"]
+    assert record["aligned"] and record["dims"] == [128] and list(record["targets"]) == ["sm_90"]
+    launches = record["launches"]
+    assert [x["inputs"] for x in launches] == ["float32", "bf16"], launches
+    assert all(x["ok"] and x["kernel"] == KERNEL and x["arch"] == "sm_90" and x["K"] == 128 for x in launches)
+    assert all(isinstance(x["registers"], int) and isinstance(x["stack"], int) for x in launches), launches
+
+
+def test_the_float16_check_launches_are_labelled_as_such(root):
+    """The intra kernel's third pair of launches compiles float16's operand check on bf16 pointers: its label
+    says so, and the bf16 pair keeps "bf16"."""
+    code = ("import sys; sys.path.insert(0, 'tools'); import hopper_compile_check as h\n"
+            "print(sorted(h.inputs_label(c, bf16) for k, c, _, _, bf16 in h.launches(128, 128)\n"
+            "             if k.fn.__name__ == 'chunk_gdn2_fwd_intra_kernel'))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == str(sorted(["float32", "bf16", "float16 check on bf16 pointers"] * 2))

@@ -8,7 +8,7 @@ status 1 if any kernel fails. This Triton may pipeline differently from the one 
 the H200 asked more for the scans at K = 256 than this check saw): a fit here is necessary, not sufficient.
 
     python tools/hopper_compile_check.py [--registers] [--arch sm_90,...] [--dim 128,...] [--kernels NAME,...]
-                                         [--fp32-dot ieee|tf32x3|tf32] [--aligned]
+                                         [--fp32-dot ieee|tf32x3|tf32] [--aligned] [--out FILE]
 
 ``--registers`` also prints each binary's registers per thread and its stack (registers spilled to local
 memory), from ``cuobjdump -res-usage``, the tool that ships with Triton. ``--arch``, ``--dim`` and
@@ -17,10 +17,15 @@ everything. ``--aligned`` compiles with every pointer argument known to be 16-by
 torch tensors specializes them (without it, no load or store is vectorized, and the register counts are
 those of scalar accesses). ``--fp32-dot`` is the ``input_precision`` of the float32 launches' products (default: what
 chunk_gdn2 uses, ``chunk_kernels.FLOAT32_DOT``); the 16-bit launches keep "tf32", their tensor-core products.
-Each line names the inputs' type of its launch (float32 or bf16) and the dot precision where it has one.
+Each line names the inputs' type of its launch (float32 or bf16) and the dot precision where it has one; the
+intra kernel's launches with float16's operand check compiled in are "float16 check on bf16 pointers" (bf16
+pointers stand in for float16 ones there). ``--out FILE`` writes every compiled launch (kernel, inputs, constexprs,
+warps, stages, shared memory, registers and stack) to FILE as JSON, with the provenance of gdn2edu.bench (the
+commit is that of the gdn2edu imported: PYTHONPATH may point at a worktree of an older commit) and the targets.
 """
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -86,7 +91,9 @@ def launches(K, V, fp32_dot=None):
     The float32 launches' products use ``fp32_dot`` (None: chunk_kernels.FLOAT32_DOT), the bf16 ones "tf32"."""
     f32 = ck.FLOAT32_DOT if fp32_dot is None else fp32_dot
     intra, wy, scan, out = ck.INTRA_TILES, ck.WY_TILES, ck.SCAN_TILES, ck.OUTPUT_TILES
-    bscan, blocal, binputs, bwy = cb.BWD_SCAN_TILES, cb.BWD_LOCAL_TILES, cb.BWD_INPUTS_TILES, cb.BWD_WY_TILES
+    # a package older than BWD_WY_TILES (an older commit on PYTHONPATH) recomputed WY with the forward's tiles
+    bscan, blocal, binputs = cb.BWD_SCAN_TILES, cb.BWD_LOCAL_TILES, cb.BWD_INPUTS_TILES
+    bwy = getattr(cb, "BWD_WY_TILES", wy)
     conv = sc.CONV_TILES
     # both scans' value blocks; "auto" picks at most 64, which is what it picks without a GPU: the largest tiles
     scan_bv, fscan_bv = (ck._scan_value_block(t["BV"], 1, H, V, torch.device("cpu")) for t in (bscan, scan))
@@ -100,10 +107,12 @@ def launches(K, V, fp32_dot=None):
            intra["num_warps"], intra["num_stages"], pointers)
           for dot, pointers, store in ((f32, (), torch.float32), ("tf32", INTRA_BF16, torch.bfloat16),
                                        ("tf32", INTRA_BF16, torch.float16)) for mode in (1, 2)),
-        # the WY kernel as the forward launches it (AZ, no G) and as the backward's recomputation does (G, no AZ)
-        *((ck.chunk_gdn2_fwd_wy_kernel, dict(H=H, K=K, V=V, BT=64, BK=t["BK"], BV=t["BV"], STORE_G=not forward,
-                                             STORE_AZ=forward, DOT=dot), t["num_warps"], 2, pointers)
-          for dot, pointers in ((f32, ()), ("tf32", WY_BF16)) for forward, t in ((True, wy), (False, bwy))),
+        # the WY kernel as the forward launches it (AZ, no G), as the default backward's recomputation does (G, no
+        # AZ) and as a recomputation of the scan too does (G and AZ: recompute_states, disable_recompute)
+        *((ck.chunk_gdn2_fwd_wy_kernel, dict(H=H, K=K, V=V, BT=64, BK=t["BK"], BV=t["BV"], STORE_G=store_G,
+                                             STORE_AZ=store_AZ, DOT=dot), t["num_warps"], 2, pointers)
+          for dot, pointers in ((f32, ()), ("tf32", WY_BF16))
+          for store_G, store_AZ, t in ((False, True, wy), (True, False, bwy), (True, True, wy))),
         (ck.chunk_gdn2_fwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=fscan_bv, USE_INITIAL_STATE=True,
                                              STORE_FINAL_STATE=True, DOT=f32), scan["num_warps"], 1, ()),
         (ck.chunk_gdn2_fwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=fscan_bv, USE_INITIAL_STATE=True,
@@ -147,6 +156,34 @@ def resource_usage(cubin):
     return " ".join(fields) or "(no resource report)"
 
 
+def usage_numbers(report):
+    """{"registers": .., "stack": ..} (per thread; stack in bytes) from resource_usage's text, None where absent."""
+    fields = dict(x.split(":", 1) for x in report.split() if x.startswith(("REG:", "STACK:")))
+    return {"registers": int(fields["REG"]) if "REG" in fields else None,
+            "stack": int(fields["STACK"]) if "STACK" in fields else None}
+
+
+def inputs_label(constexprs, bf16):
+    """The inputs' type a launch stands for: float32, bf16, or for the intra kernel with float16's operand check
+    (OPERAND_LIMIT below MID_LIMIT) on bf16 pointers, "float16 check on bf16 pointers"."""
+    if not bf16:
+        return "float32"
+    return "float16 check on bf16 pointers" if constexprs.get("OPERAND_LIMIT", ck.MID_LIMIT) < ck.MID_LIMIT else "bf16"
+
+
+def tool_version():
+    """{"commit": .., "modified": ..}: the commit of this tool's checkout and whether the tool differs from it."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
+                                timeout=30, check=True).stdout.strip()
+        modified = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", os.path.basename(__file__)], cwd=here,
+                                  timeout=30).returncode != 0
+    except (OSError, subprocess.SubprocessError):
+        commit, modified = "unknown", None
+    return {"commit": commit, "modified": modified}
+
+
 def _listed(parser, option, values, allowed):
     """The items of a repeatable, comma-separated option in ``allowed``'s order (all of them when not given);
     an unknown item is an error that names the option."""
@@ -175,6 +212,9 @@ def parse_args(argv):
                              "FLOAT32_DOT, %(default)s)")
     parser.add_argument("--aligned", action="store_true",
                         help="pointer arguments 16-byte aligned, as a launch on torch tensors specializes them")
+    parser.add_argument("--out", help="write every compiled launch, its resources and the provenance to this JSON file")
+    parser.add_argument("--commit", help="the commit to record with --out (default: git rev-parse HEAD where gdn2edu "
+                                         "is imported from)")
     args = parser.parse_args(argv)
     args.arch = _listed(parser, "--arch", args.arch, list(TARGETS))
     args.dim = _listed(parser, "--dim", args.dim, [128, 256])
@@ -186,29 +226,45 @@ def parse_args(argv):
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     failures = compiled = 0
+    records = [] if args.out else None
     for arch in args.arch:
         target, limit = TARGETS[arch]
         for dim in args.dim:
             print(f"{arch}, K = V = {dim}:")
-            f, c = check(target, limit, dim, args.registers, args.kernels, args.fp32_dot, args.aligned)
+            f, c = check(target, limit, dim, args.registers, args.kernels, args.fp32_dot, args.aligned, records,
+                         arch)
             failures, compiled = failures + f, compiled + c
     if not compiled:
         print("nothing compiled: no launch of these kernels at these head dims on these GPUs")
+    if args.out:
+        import gdn2edu
+        from gdn2edu.bench import provenance
+        argv = sys.argv[1:] if argv is None else list(argv)
+        record = {"provenance": provenance("cpu", args.commit, argv, program="python tools/hopper_compile_check.py"),
+                  "package": os.path.dirname(os.path.abspath(gdn2edu.__file__)), "tool": tool_version(),
+                  "targets": {arch: {"arch": arch, "shared_memory_limit": TARGETS[arch][1]} for arch in args.arch},
+                  "dims": args.dim, "fp32_dot": args.fp32_dot, "aligned": args.aligned, "launches": records}
+        with open(args.out, "w") as f:
+            json.dump(record, f, indent=1)
+            f.write("\n")
+        print(f"wrote {len(records)} launches to {args.out}")
     return 1 if failures or not compiled else 0
 
 
-def check(target, limit, dim, registers, kernels, fp32_dot, aligned=False):
+def check(target, limit, dim, registers, kernels, fp32_dot, aligned=False, records=None, arch=None):
     """Compile the launches of ``kernels`` at K = V = dim for the target, float32 products in ``fp32_dot``;
     (failures, launches compiled). Where a block has less shared memory than float32 tiles need (an L4),
-    chunk_gdn2 refuses float32 inputs, so only the 16-bit variants are compiled there."""
+    chunk_gdn2 refuses float32 inputs, so only the 16-bit variants are compiled there. A list ``records``
+    gets a dict per launch, with its registers and stack (``arch`` names the target there)."""
     failures = compiled = 0
     for kernel, constexprs, num_warps, num_stages, bf16 in launches(dim, dim, fp32_dot):
         name = kernel.fn.__name__
         if name not in kernels or (limit < ck.FLOAT32_SHARED_MEMORY and "DOT" in constexprs and not bf16):
             continue
-        inputs = "bf16" if bf16 else "float32"
+        inputs = inputs_label(constexprs, bf16)
         dot = (f", dot {constexprs['DOT']}" if "DOT" in constexprs else "") + \
-            (f", MODE {constexprs['MODE']}" if "MODE" in constexprs else "")
+            (f", MODE {constexprs['MODE']}" if "MODE" in constexprs else "") + \
+            "".join(f", {flag}" for flag in ("STORE_G", "STORE_AZ") if constexprs.get(flag))
         start = time.monotonic()
         compiled += 1
         try:
@@ -219,14 +275,24 @@ def check(target, limit, dim, registers, kernels, fp32_dot, aligned=False):
                                     target=target, options=dict(num_warps=num_warps, num_stages=num_stages))
         except Exception as err:                  # a compile error: report it, go on with the others
             failures += 1
-            print(f"FAIL {name} ({inputs}{dot}): {type(err).__name__}: {str(err).strip().splitlines()[-1][:300]}")
+            error = f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:300]}"
+            print(f"FAIL {name} ({inputs}{dot}): {error}")
+            if records is not None:
+                records.append(dict(arch=arch, K=dim, V=dim, kernel=name, inputs=inputs, bf16_pointers=list(bf16),
+                                    constexprs=constexprs, num_warps=num_warps, num_stages=num_stages, ok=False,
+                                    error=error))
             continue
         shared = binary.metadata.shared
         fits = shared <= limit
         failures += not fits
+        usage = resource_usage(binary.asm["cubin"]) if registers or records is not None else None
         print(f"{'ok  ' if fits else 'FAIL'} {name} ({inputs}{dot}, warps {num_warps}, stages {num_stages}): "
               f"shared memory {shared} of {limit} bytes, compiled in {time.monotonic() - start:.1f} s"
-              + (f", {resource_usage(binary.asm['cubin'])}" if registers else ""))
+              + (f", {usage}" if registers else ""))
+        if records is not None:
+            records.append(dict(arch=arch, K=dim, V=dim, kernel=name, inputs=inputs, bf16_pointers=list(bf16),
+                                constexprs=constexprs, num_warps=num_warps, num_stages=num_stages, ok=fits,
+                                shared_memory=shared, shared_memory_limit=limit, **usage_numbers(usage)))
     return failures, compiled
 
 
