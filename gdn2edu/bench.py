@@ -687,6 +687,24 @@ def summarize_processes(results):
                       for (impl, *shape, part), v in times.items()]}
 
 
+def kernel_medians(processes, part):
+    """Our kernels' medians over processes of one breakdown part ("breakdown" or "backward_breakdown") of a combined
+    file's "processes" entries: {(B, T, H): {kernel: median ms}}. Every process must hold an "ok" row for every
+    shape; anything else is a ValueError that names the process and the shape."""
+    if part not in ("breakdown", "backward_breakdown"):
+        raise ValueError(f"part must be 'breakdown' or 'backward_breakdown', got {part!r}")
+    rows = [{(r["B"], r["T"], r["H"]): r for r in (entry.get("result") or {}).get(part, [])} for entry in processes]
+    shapes = list(dict.fromkeys(shape for run in rows for shape in run))
+    if not shapes:
+        raise ValueError(f"the processes hold no {part!r} rows")
+    for i, run in enumerate(rows):
+        for shape in shapes:
+            if run.get(shape, {}).get("status") != "ok":
+                raise ValueError(f"process {i} has no 'ok' {part!r} row at B, T, H = {shape}")
+    return {shape: {name: statistics.median(run[shape]["kernels_ms"][name] for run in rows)
+                    for name in rows[0][shape]["kernels_ms"]} for shape in shapes}
+
+
 def _run_child(command, out, limit, env):
     """Run one child benchmark; return its entry: status, exit code, seconds, stderr's tail, result (or None)."""
     start = time.monotonic()

@@ -365,3 +365,24 @@ def test_time_layer_names_its_arguments():
         time_layer(lambda x: x, torch.randn(1, 4, 8))
     with pytest.raises(ValueError, match=r"x must be a float tensor \[B, T, hidden\]"):
         time_layer(torch.nn.Identity(), torch.randn(4, 8))
+
+
+def test_kernel_medians_takes_the_median_per_kernel_and_refuses_gaps():
+    """kernel_medians: per shape and kernel, the median over the processes; a process without an "ok" row at a
+    shape, or an unknown part, is a ValueError."""
+    from gdn2edu.bench import kernel_medians
+
+    def process(ms, status="ok"):
+        row = {"B": 1, "T": 64, "H": 2, "kernels_ms": {"intra": ms, "wy": 2 * ms}, "status": status}
+        return {"result": {"breakdown": [row]}}
+
+    assert kernel_medians([process(1.0), process(3.0), process(2.0)], "breakdown") == {(1, 64, 2): {"intra": 2.0,
+                                                                                                    "wy": 4.0}}
+    with pytest.raises(ValueError, match="process 1 has no 'ok'"):
+        kernel_medians([process(1.0), process(3.0, "failed")], "breakdown")
+    with pytest.raises(ValueError, match="process 1 has no 'ok'"):
+        kernel_medians([process(1.0), {"result": None}], "breakdown")
+    with pytest.raises(ValueError, match="part must be"):
+        kernel_medians([process(1.0)], "forward")
+    with pytest.raises(ValueError, match="no 'backward_breakdown' rows"):
+        kernel_medians([process(1.0)], "backward_breakdown")
