@@ -267,6 +267,8 @@ def check(target, limit, dim, registers, kernels, fp32_dot, aligned=False, recor
             "".join(f", {flag}" for flag in ("STORE_G", "STORE_AZ") if constexprs.get(flag))
         start = time.monotonic()
         compiled += 1
+        launch = dict(arch=arch, K=dim, V=dim, kernel=name, inputs=inputs, bf16_pointers=list(bf16),
+                      constexprs=constexprs, num_warps=num_warps, num_stages=num_stages)    # what --out records
         try:
             types = signature(kernel, bf16)
             attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(kernel.arg_names)
@@ -278,9 +280,7 @@ def check(target, limit, dim, registers, kernels, fp32_dot, aligned=False, recor
             error = f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:300]}"
             print(f"FAIL {name} ({inputs}{dot}): {error}")
             if records is not None:
-                records.append(dict(arch=arch, K=dim, V=dim, kernel=name, inputs=inputs, bf16_pointers=list(bf16),
-                                    constexprs=constexprs, num_warps=num_warps, num_stages=num_stages, ok=False,
-                                    error=error))
+                records.append(dict(launch, ok=False, error=error))
             continue
         shared = binary.metadata.shared
         fits = shared <= limit
@@ -290,9 +290,8 @@ def check(target, limit, dim, registers, kernels, fp32_dot, aligned=False, recor
               f"shared memory {shared} of {limit} bytes, compiled in {time.monotonic() - start:.1f} s"
               + (f", {usage}" if registers else ""))
         if records is not None:
-            records.append(dict(arch=arch, K=dim, V=dim, kernel=name, inputs=inputs, bf16_pointers=list(bf16),
-                                constexprs=constexprs, num_warps=num_warps, num_stages=num_stages, ok=fits,
-                                shared_memory=shared, shared_memory_limit=limit, **usage_numbers(usage)))
+            records.append(dict(launch, ok=fits, shared_memory=shared, shared_memory_limit=limit,
+                                **usage_numbers(usage)))
     return failures, compiled
 
 
