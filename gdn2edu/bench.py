@@ -46,7 +46,7 @@ def forward_kernel_costs(B, T, H, K, V, chunk=64, dtype_bytes=2):
 
     Counts the tile products (``tl.dot``) and the forward substitution as written (dense tiles), not the
     elementwise work; bytes are the tensors each kernel loads and stores, each element once (dtype_bytes for
-    q, k, v, b, w, o and the stored intermediates; float32 for g, A, Aqk, gamma_n). The scan's programs of one
+    q, k, v, b, w, o and the stored intermediates, Aqk among them; float32 for g, A, gamma_n). The scan's programs of one
     head (one per value block) all read the same AE and kg tiles: counted once, as L2 serves the repeats.
     T must be a multiple of ``chunk``. Returns {kernel: {"flops": int, "bytes": int}}.
     """
@@ -63,7 +63,7 @@ def forward_kernel_costs(B, T, H, K, V, chunk=64, dtype_bytes=2):
                    + 16 * _dot(c, c, c))                        # the six blocks below the diagonal
     costs = {
         "intra": {"flops": units * intra_flops,
-                  "bytes": rows * K * (3 * d + f32) + units * 2 * 10 * c * c * f32},
+                  "bytes": rows * K * (3 * d + f32) + units * 10 * c * c * (f32 + d)},       # A, Aqk
         "wy": {"flops": units * (_dot(n, K, n) + _dot(n, V, n)),
                "bytes": units * n * n * f32 + rows * K * (3 * d + f32) + rows * V * 2 * d     # A, q k b g, v w
                + rows * (3 * K + V) * d + units * K * f32},                                 # AE kg Q_g AZ, gamma_n
@@ -71,7 +71,7 @@ def forward_kernel_costs(B, T, H, K, V, chunk=64, dtype_bytes=2):
                  "bytes": rows * (2 * K + V) * d + units * K * f32                         # AE kg AZ, gamma_n
                  + rows * V * d + units * K * V * d},                                      # R, h
         "output": {"flops": units * (_dot(n, V, K) + _dot(n, V, n)),
-                   "bytes": rows * K * d + units * K * V * d + rows * V * d + units * n * n * f32  # Q_g h R Aqk
+                   "bytes": rows * K * d + units * K * V * d + rows * V * d + units * n * n * d  # Q_g h R Aqk
                    + rows * V * d},                                                       # o
     }
     return costs

@@ -202,7 +202,7 @@ def _invert_unit_lower4(b_L0, b_L1, b_L2, b_L3, BC: tl.constexpr):
 @triton.jit
 def _store_block(A, bos, T, i_h, row0, col0, b_x, H: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr):
     p_A, m_A = _tile(A + (bos * H + i_h) * BT, row0, col0, T, BT, H * BT, BC, BC)
-    tl.store(p_A, b_x, mask=m_A)
+    tl.store(p_A, b_x.to(p_A.dtype.element_ty), mask=m_A)
 
 
 @triton.jit
@@ -608,10 +608,11 @@ def _launch_intra(q, k, g, b, A, Aqk, flags, p: _Plan, mode):
 
 
 def _intra_states(q, k, g, b, p: _Plan):
-    """The intra launches on contiguous inputs. Returns the dict of their results: A, Aqk [B, T, H, 64]
-    float32 and flags [chunks, H] int32 (None with safe_gate)."""
+    """The intra launches on contiguous inputs. Returns the dict of their results: A [B, T, H, 64] float32, Aqk
+    [B, T, H, 64] in p.store (its readers round it to that type before their products: storing it so rounds it
+    once, to the same values) and flags [chunks, H] int32 (None with safe_gate)."""
     A = torch.empty(p.B, p.T, p.H, 64, dtype=torch.float32, device=q.device)
-    Aqk = torch.empty_like(A)
+    Aqk = torch.empty(p.B, p.T, p.H, 64, dtype=p.store, device=q.device)
     flags = None if p.safe_gate else torch.empty(p.chunks.shape[0], p.H, dtype=torch.int32, device=q.device)
     for mode in (0,) if p.safe_gate else (1, 2):     # midpoint (and flag), then token by token where flagged
         _launch_intra(q, k, g, b, A, Aqk, flags, p, mode)

@@ -300,15 +300,15 @@ def test_roofline_counts_equal_hand_counts():
              for name, prods in dict(intra=intra, wy=wy, scan=scan, output=output).items()}
     flops["intra"] += units * substitution
     nbytes = {
-        # q k b (bf16) and g (fp32) once; the 10 lower 16x16 blocks of A and Aqk stored in fp32
-        "intra": rows * K * (3 * s + 4) + units * 2 * 10 * 256 * 4,
+        # q k b (bf16) and g (fp32) once; the 10 lower 16x16 blocks of A (fp32) and Aqk (bf16) stored
+        "intra": rows * K * (3 * s + 4) + units * 10 * 256 * (4 + s),
         # A's full 64x64 fp32 tile; q k b g; v w; AE kg Q_g AZ stored; gamma_n fp32
         "wy": units * 64 * 64 * 4 + rows * K * (3 * s + 4) + rows * V * 2 * s + rows * (3 * K + V) * s
         + units * K * 4,
         # AE kg AZ read, gamma_n read, R stored, h (K x V per chunk) stored
         "scan": rows * (2 * K + V) * s + units * K * 4 + rows * V * s + units * K * V * s,
-        # Q_g, h, R, the Aqk fp32 tile read; o stored
-        "output": rows * K * s + units * K * V * s + rows * V * s + units * 64 * 64 * 4 + rows * V * s,
+        # Q_g, h, R, the Aqk bf16 tile read; o stored
+        "output": rows * K * s + units * K * V * s + rows * V * s + units * 64 * 64 * s + rows * V * s,
     }
     costs = forward_kernel_costs(1, 128, 2, K, V)
     assert {name: cost["flops"] for name, cost in costs.items()} == flops
