@@ -277,30 +277,16 @@ def chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, flags, cu_seqlens, chunk_ind
     CHECK_OPERANDS: tl.constexpr = OPERAND_LIMIT < MID_LIMIT
     o_c = tl.arange(0, BC)
     m_incl = o_c[:, None] >= o_c[None, :]
-    # phase 1, one row of sub-chunks at a time: its blocks of L go to A unmasked, those of Q Y^T to Aqk
-    b_L0, b_L1, b_L2, b_Ld, b_S0, b_S1, b_S2, b_Sd, e, amax = _row_scores(
-        q, k, g, b, bos, T, t0, i_h, scale, 0, H, K, BC, BK, PAIRWISE, CHECK_OPERANDS, DOT)
-    _store_row(A, bos, T, i_h, t0, 0, b_L0, b_L1, b_L2, b_Ld, H, BT, BC)
-    _store_row(Aqk, bos, T, i_h, t0, 0, scale * b_S0, scale * b_S1, scale * b_S2,
-               scale * tl.where(m_incl, b_Sd, 0.0), H, BT, BC)
-    b_L0, b_L1, b_L2, b_Ld, b_S0, b_S1, b_S2, b_Sd, e_row, amax_row = _row_scores(
-        q, k, g, b, bos, T, t0, i_h, scale, 1, H, K, BC, BK, PAIRWISE, CHECK_OPERANDS, DOT)
-    e, amax = tl.maximum(e, e_row), tl.maximum(amax, amax_row)
-    _store_row(A, bos, T, i_h, t0, 1, b_L0, b_L1, b_L2, b_Ld, H, BT, BC)
-    _store_row(Aqk, bos, T, i_h, t0, 1, scale * b_S0, scale * b_S1, scale * b_S2,
-               scale * tl.where(m_incl, b_Sd, 0.0), H, BT, BC)
-    b_L0, b_L1, b_L2, b_Ld, b_S0, b_S1, b_S2, b_Sd, e_row, amax_row = _row_scores(
-        q, k, g, b, bos, T, t0, i_h, scale, 2, H, K, BC, BK, PAIRWISE, CHECK_OPERANDS, DOT)
-    e, amax = tl.maximum(e, e_row), tl.maximum(amax, amax_row)
-    _store_row(A, bos, T, i_h, t0, 2, b_L0, b_L1, b_L2, b_Ld, H, BT, BC)
-    _store_row(Aqk, bos, T, i_h, t0, 2, scale * b_S0, scale * b_S1, scale * b_S2,
-               scale * tl.where(m_incl, b_Sd, 0.0), H, BT, BC)
-    b_L0, b_L1, b_L2, b_Ld, b_S0, b_S1, b_S2, b_Sd, e_row, amax_row = _row_scores(
-        q, k, g, b, bos, T, t0, i_h, scale, 3, H, K, BC, BK, PAIRWISE, CHECK_OPERANDS, DOT)
-    e, amax = tl.maximum(e, e_row), tl.maximum(amax, amax_row)
-    _store_row(A, bos, T, i_h, t0, 3, b_L0, b_L1, b_L2, b_Ld, H, BT, BC)
-    _store_row(Aqk, bos, T, i_h, t0, 3, scale * b_S0, scale * b_S1, scale * b_S2,
-               scale * tl.where(m_incl, b_Sd, 0.0), H, BT, BC)
+    # phase 1, one row of sub-chunks at a time (unrolled: ROW is a constexpr): its blocks of L go to A unmasked,
+    # those of Q Y^T to Aqk; e and amax, maxed over the rows, start at 0, below any midpoint exponent or |operand|
+    e, amax = 0.0, 0.0
+    for ROW in tl.static_range(4):
+        b_L0, b_L1, b_L2, b_Ld, b_S0, b_S1, b_S2, b_Sd, e_row, amax_row = _row_scores(
+            q, k, g, b, bos, T, t0, i_h, scale, ROW, H, K, BC, BK, PAIRWISE, CHECK_OPERANDS, DOT)
+        e, amax = tl.maximum(e, e_row), tl.maximum(amax, amax_row)
+        _store_row(A, bos, T, i_h, t0, ROW, b_L0, b_L1, b_L2, b_Ld, H, BT, BC)
+        _store_row(Aqk, bos, T, i_h, t0, ROW, scale * b_S0, scale * b_S1, scale * b_S2,
+                   scale * tl.where(m_incl, b_Sd, 0.0), H, BT, BC)
     if MODE == 1:
         unsafe_here = (e > MID_LIMIT).to(tl.int32)
         unsafe_for_operands = (e + tl.log2(tl.maximum(amax, 1.0)) > OPERAND_LIMIT).to(tl.int32)
