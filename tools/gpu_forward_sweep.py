@@ -23,7 +23,8 @@ from gdn2edu.chunk_kernels import baseline_inputs
 # candidate settings per table; the shipped one is tried first
 CANDIDATES = {
     "INTRA_TILES": [dict(BK=16, num_warps=1, num_stages=1), dict(BK=32, num_warps=1, num_stages=2),
-                    dict(BK=16, num_warps=2, num_stages=2)],
+                    dict(BK=16, num_warps=2, num_stages=2), dict(BK=32, num_warps=2, num_stages=2),
+                    dict(BK=32, num_warps=4, num_stages=2), dict(BK=64, num_warps=4, num_stages=2)],
     "WY_TILES": [dict(BK=32, BV=64, num_warps=4), dict(BK=32, BV=32, num_warps=2), dict(BK=64, BV=64, num_warps=4)],
     "SCAN_TILES": [dict(BV=32, num_warps=4, num_stages=4), dict(BV="auto", num_warps=4, num_stages=3)],
     "OUTPUT_TILES": [dict(BV=64, num_warps=4), dict(BV=128, num_warps=8)],
