@@ -46,7 +46,9 @@ def test_launches_take_the_float32_precision(root):
 
 @pytest.mark.parametrize("option, value", [("--kernels", "chunk_gdn2_fwd_nothing_kernel"),
                                            ("--kernels", f"{KERNEL},nothing"), ("--fp32-dot", "tf16"),
-                                           ("--arch", "sm_70"), ("--dim", "64")])
+                                           ("--arch", "sm_70"), ("--dim", "64"), ("--tile", "INTRA_TILES.BK"),
+                                           ("--tile", "NO_TILES.BK=16"), ("--tile", "INTRA_TILES.width=16"),
+                                           ("--tile", "MID_LIMIT.BK=16")])
 def test_unknown_values_are_refused_by_name(root, option, value):
     result = run_tool(root, option, value)
     assert result.returncode == 2 and f"argument {option}" in result.stderr, result.stderr[-3000:]
@@ -95,3 +97,30 @@ def test_the_float16_check_launches_are_labelled_as_such(root):
     result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == str(sorted(["float32", "bf16", "float16 check on bf16 pointers"] * 2))
+
+
+def test_a_tile_setting_is_compiled_and_recorded(root, tmp_path):
+    """--tile TABLE.KEY=VALUE compiles with that entry changed and records the tables compiled; the launch's
+    constexprs carry the value."""
+    out = tmp_path / "record.json"
+    result = run_tool(root, "--arch", "sm_90", "--dim", "128", "--kernels", KERNEL, "--tile", "OUTPUT_TILES.BV=32",
+                      "--tile", "OUTPUT_TILES.num_warps=2", "--out", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    record = json.loads(out.read_text())
+    assert record["tiles"]["OUTPUT_TILES"] == {"BV": 32, "num_warps": 2}, record["tiles"]
+    assert "BWD_WY_TILES" in record["tiles"] and "INTRA_TILES" in record["tiles"]
+    assert all(x["constexprs"]["BV"] == 32 and x["num_warps"] == 2 for x in record["launches"]), record["launches"]
+
+
+def test_the_16_bit_pointer_lists_follow_the_stored_types(root):
+    """Aqk is stored in the intermediates' type: the bf16 launches of its writer (intra) and its two readers
+    (output, reverse scan) take it as a bf16 pointer; A stays float32."""
+    code = ("import sys; sys.path.insert(0, 'tools'); import hopper_compile_check as h\n"
+            "for k, c, _, _, bf16 in h.launches(128, 128):\n"
+            "    if 'Aqk' in [p.name for p in k.params] and bf16:\n"
+            "        print(k.fn.__name__, 'Aqk' in bf16, 'A' in bf16)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = set(result.stdout.splitlines())
+    assert lines == {f"{name} True False" for name in ("chunk_gdn2_fwd_intra_kernel", "chunk_gdn2_fwd_output_kernel",
+                                                       "chunk_gdn2_bwd_scan_kernel")}, lines

@@ -9,6 +9,7 @@ the H200 asked more for the scans at K = 256 than this check saw): a fit here is
 
     python tools/hopper_compile_check.py [--registers] [--arch sm_90,...] [--dim 128,...] [--kernels NAME,...]
                                          [--fp32-dot ieee|tf32x3|tf32] [--aligned] [--out FILE]
+                                         [--tile TABLE.KEY=VALUE ...]
 
 ``--registers`` also prints each binary's registers per thread and its stack (registers spilled to local
 memory), from ``cuobjdump -res-usage``, the tool that ships with Triton. ``--arch``, ``--dim`` and
@@ -21,7 +22,9 @@ Each line names the inputs' type of its launch (float32 or bf16) and the dot pre
 intra kernel's launches with float16's operand check compiled in are "float16 check on bf16 pointers" (bf16
 pointers stand in for float16 ones there). ``--out FILE`` writes every compiled launch (kernel, inputs, constexprs,
 warps, stages, shared memory, registers and stack) to FILE as JSON, with the provenance of gdn2edu.bench (the
-commit is that of the gdn2edu imported: PYTHONPATH may point at a worktree of an older commit) and the targets.
+commit is that of the gdn2edu imported: PYTHONPATH may point at a worktree of an older commit), the targets and
+the tile tables compiled. ``--tile INTRA_TILES.BK=16`` compiles with one entry of a tile table changed
+(repeatable), to compare a setting that is not shipped.
 """
 
 import argparse
@@ -51,11 +54,11 @@ TARGETS = {"sm_90": (GPUTarget("cuda", 90, 32), 232448), "sm_80": (GPUTarget("cu
 INT_POINTERS = {"cu_seqlens", "chunk_indices", "chunk_offsets", "flags"}
 H = 16
 # the backward's 16-bit tensors with bf16 inputs: the inputs, their gradients and the stored intermediates
-BWD_BF16 = ("q", "k", "v", "b", "w", "do", "QG", "AE", "KG", "dR", "dh", "R", "P", "h", "dA", "dAqk",
+BWD_BF16 = ("q", "k", "v", "b", "w", "do", "QG", "AE", "KG", "dR", "dh", "R", "P", "h", "Aqk", "dA", "dAqk",
             "dv", "dw", "dq", "dk", "db")
-# the intra kernel's 16-bit inputs with bf16 q, k, b (g stays float32, as in the benchmark's inputs; A, Aqk
-# are always float32): the launch that the benchmark times
-INTRA_BF16 = ("q", "k", "b")
+# the intra kernel's 16-bit pointers with bf16 q, k, b (g stays float32, as in the benchmark's inputs; A is
+# always float32, Aqk is stored in the intermediates' type): the launch that the benchmark times
+INTRA_BF16 = ("q", "k", "b", "Aqk")
 # the WY kernel's 16-bit pointers: its inputs but g, its 16-bit outputs (not GN and Gc, float32 always)
 WY_BF16 = ("q", "k", "v", "b", "w", "AE", "AZ", "KG", "QG")
 # the short convolution's 16-bit tensors in a bf16 layer (its partial sums dw, db stay float32)
@@ -120,7 +123,7 @@ def launches(K, V, fp32_dot=None):
          scan["num_warps"], scan["num_stages"], ("AE", "AZ", "KG", "h", "R")),
         *((ck.chunk_gdn2_fwd_output_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=ck._output_value_block(K, V),
                                                  DOT=dot), out["num_warps"], 2, pointers)
-          for dot, pointers in ((f32, ()), ("tf32", ("QG", "h", "R", "o")))),
+          for dot, pointers in ((f32, ()), ("tf32", ("QG", "h", "Aqk", "R", "o")))),
         *(launch for dot, pointers in ((f32, ()), ("tf32", BWD_BF16)) for launch in (
             (cb.chunk_gdn2_bwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=scan_bv, USE_FINAL_GRAD=True,
                                                  STORE_INITIAL_GRAD=True, DOT=dot),
@@ -197,6 +200,19 @@ def _listed(parser, option, values, allowed):
     return [x for x in allowed if str(x) in wanted]
 
 
+def _tile_setting(parser, text):
+    """(table dict, key, int value) from "TABLE.KEY=VALUE", TABLE a *_TILES table of chunk_kernels or
+    chunk_backward_kernels and KEY one of its entries; anything else is a parser error."""
+    name, _, rest = text.partition(".")
+    key, _, value = rest.partition("=")
+    table = getattr(ck, name, None) if name.endswith("_TILES") else None
+    table = getattr(cb, name, None) if table is None and name.endswith("_TILES") else table
+    if not isinstance(table, dict) or key not in table or not value.isdigit():
+        parser.error(f"argument --tile: expected TABLE.KEY=INTEGER with TABLE a *_TILES table of chunk_kernels or "
+                     f"chunk_backward_kernels and KEY one of its entries, got {text!r}")
+    return table, key, int(value)
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(description="Compile gdn2edu's Triton kernels for the GPUs readers meet, "
                                                  "no GPU needed; exit status 1 if any fails.")
@@ -215,7 +231,11 @@ def parse_args(argv):
     parser.add_argument("--out", help="write every compiled launch, its resources and the provenance to this JSON file")
     parser.add_argument("--commit", help="the commit to record with --out (default: git rev-parse HEAD where gdn2edu "
                                          "is imported from)")
+    parser.add_argument("--tile", action="append", default=[], metavar="TABLE.KEY=VALUE",
+                        help="compile with one entry of a tile table changed, e.g. INTRA_TILES.BK=16 (repeatable; "
+                             "--out records the tables compiled)")
     args = parser.parse_args(argv)
+    args.tile = [_tile_setting(parser, text) for text in args.tile]
     args.arch = _listed(parser, "--arch", args.arch, list(TARGETS))
     args.dim = _listed(parser, "--dim", args.dim, [128, 256])
     args.kernels = _listed(parser, "--kernels", args.kernels,
@@ -225,6 +245,18 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    shipped = [(table, key, table[key]) for table, key, _ in args.tile]
+    for table, key, value in args.tile:
+        table[key] = value
+    try:
+        return _compile_all(args, argv)
+    finally:                                   # the shipped tables back, for a caller in the same process
+        for table, key, value in reversed(shipped):
+            table[key] = value
+
+
+def _compile_all(args, argv):
+    """main's work on parsed arguments, with any --tile setting in place."""
     failures = compiled = 0
     records = [] if args.out else None
     for arch in args.arch:
@@ -243,7 +275,10 @@ def main(argv=None):
         record = {"provenance": provenance("cpu", args.commit, argv, program="python tools/hopper_compile_check.py"),
                   "package": os.path.dirname(os.path.abspath(gdn2edu.__file__)), "tool": tool_version(),
                   "targets": {arch: {"arch": arch, "shared_memory_limit": TARGETS[arch][1]} for arch in args.arch},
-                  "dims": args.dim, "fp32_dot": args.fp32_dot, "aligned": args.aligned, "launches": records}
+                  "dims": args.dim, "fp32_dot": args.fp32_dot, "aligned": args.aligned,
+                  "tiles": {name: dict(getattr(module, name)) for module in (ck, cb) for name in dir(module)
+                            if name.endswith("_TILES") and isinstance(getattr(module, name), dict)},
+                  "launches": records}
         with open(args.out, "w") as f:
             json.dump(record, f, indent=1)
             f.write("\n")
