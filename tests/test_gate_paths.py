@@ -106,6 +106,23 @@ def test_matrix_case_numbers():
             matrix.case_numbers(bad)
 
 
+def test_matrix_recompute_mode_rows():
+    """--recompute-modes: two more rows of ours, chunk_gdn2 with recompute_states=True and with
+    disable_recompute=True; on a small case in the interpreter each passes and equals the default (vs_default 0)."""
+    impls = matrix.implementations(recompute_modes=True)
+    assert list(impls) == ["gdn2edu", *matrix.RECOMPUTE_MODES]
+    assert [impls[name][0].keywords for name in matrix.RECOMPUTE_MODES] == list(matrix.RECOMPUTE_MODES.values())
+    assert list(matrix.implementations()) == ["gdn2edu"]
+    case = matrix.extreme("one token -100", "fp16", B=1, T=130, H=1, K=32, V=16)
+    leaves, adjoints, offsets = matrix.case_inputs(case, torch.device("cpu"))
+    want = matrix.reference(leaves, adjoints, offsets, None)
+    default = matrix.under_test(chunk_gdn2, leaves, adjoints, case)
+    for name in matrix.RECOMPUTE_MODES:
+        got = matrix.under_test(impls[name][0], leaves, adjoints, case)
+        assert all(v["passed"] for v in matrix.judge(got, want).values()), name
+        assert matrix.versus(got, default) == dict.fromkeys(matrix.TOLERANCE, 0.0), name
+
+
 def test_matrix_float32_intermediates_switch():
     """--fp32-intermediates: inside the block float16 inputs keep float32 intermediates (a different, more
     accurate o at g = 0), and the shipped setting is back after the block, also after an error in it."""

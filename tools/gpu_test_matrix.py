@@ -11,10 +11,14 @@ tolerances (o, ht 0.005; dq, dk, dv, dh0 0.008; dg, db, dw 0.02). With ``--fla``
 the same cases (its default path) and is judged the same way. With ``--fp32-intermediates`` our kernels
 run the 16-bit cases a second time with their intermediates kept in float32 (Chapter 9's
 ``LOW_PRECISION_INTERMEDIATES`` off), as the row "gdn2edu_fp32_intermediates": what the 16-bit
-intermediates cost in accuracy is then on record beside the shipped setting.
+intermediates cost in accuracy is then on record beside the shipped setting. With ``--recompute-modes`` each
+case runs twice more, with ``recompute_states=True`` and with ``disable_recompute=True`` (rows
+"gdn2edu_recompute_states", "gdn2edu_disable_recompute"), judged the same way, and each tensor also records
+``vs_default``, its largest difference to the default's divided by the default's largest entry.
 
     python tools/gpu_test_matrix.py --out results/h200_test_matrix.json [--fla] [--fp32-intermediates]
         [--fp32-dot ieee|tf32x3|tf32] [--commit SHA] [--budget S] [--cases 14-22] [--skip-large]
+        [--recompute-modes]
 
 ``--fp32-dot`` sets the precision of our kernels' products with float32 inputs for the whole run
 (``chunk_kernels.FLOAT32_DOT``, through ``chunk_kernels.kernel_settings``, so the previous value is back after
@@ -140,6 +144,29 @@ def under_test(fn, leaves, adjoints, case):
 
 # inside the block chunk_gdn2 keeps its intermediates in float32 for 16-bit inputs too
 float32_intermediates = partial(chunk_kernels.kernel_settings, LOW_PRECISION_INTERMEDIATES=False)
+# what the forward keeps for the backward, besides the default (Chapter 10): the rows of --recompute-modes
+RECOMPUTE_MODES = {"gdn2edu_recompute_states": dict(recompute_states=True),
+                   "gdn2edu_disable_recompute": dict(disable_recompute=True)}
+
+
+def implementations(fla=None, fp32_intermediates=False, recompute_modes=False):
+    """{row name: (chunk_gdn2-like function, context manager factory)}: ours, FLA's chunk_gdn2 if given, and the
+    rows the flags ask for."""
+    impls = {"gdn2edu": (gdn2edu.chunk_gdn2, nullcontext)}
+    if fla:
+        impls["fla"] = (fla, nullcontext)
+    if fp32_intermediates:
+        impls["gdn2edu_fp32_intermediates"] = (gdn2edu.chunk_gdn2, float32_intermediates)
+    if recompute_modes:
+        impls.update({name: (partial(gdn2edu.chunk_gdn2, **options), nullcontext)
+                      for name, options in RECOMPUTE_MODES.items()})
+    return impls
+
+
+def versus(got, default):
+    """{name: largest |got - default| / largest |default|} per tensor of two under_test results."""
+    return {name: ((got[name].double() - default[name].double()).abs().max()
+                   / default[name].double().abs().max().clamp_min(1e-30)).item() for name in TOLERANCE}
 
 
 def judge(got, want):
@@ -193,6 +220,8 @@ def main(argv=None):
     p.add_argument("--fla-dim", default="128", help="head dims K of the cases FLA runs")
     p.add_argument("--fp32-intermediates", action="store_true",
                    help="also run our kernels on the bf16 and fp16 cases with float32 intermediates")
+    p.add_argument("--recompute-modes", action="store_true",
+                   help="also run our kernels with recompute_states=True and with disable_recompute=True")
     p.add_argument("--commit", help="git commit of the code under test (default: git rev-parse HEAD)")
     p.add_argument("--budget", type=float, default=400.0, help="seconds after which no new case starts")
     p.add_argument("--skip-large", action="store_true", help="skip the 2^31-offset case (about 40 GB of memory)")
@@ -218,9 +247,7 @@ def run_matrix(args, argv):
     fla = _fla_ops() if args.fla else None
     if isinstance(fla, str):
         raise SystemExit(f"--fla: FLA is {fla}")
-    impls = {"gdn2edu": (gdn2edu.chunk_gdn2, nullcontext), **({"fla": (fla["chunk"], nullcontext)} if fla else {}),
-             **({"gdn2edu_fp32_intermediates": (gdn2edu.chunk_gdn2, float32_intermediates)}
-                if args.fp32_intermediates else {})}
+    impls = implementations(fla and fla["chunk"], args.fp32_intermediates, args.recompute_modes)
     result = {"provenance": provenance(device, args.commit, argv or sys.argv[1:], "python tools/gpu_test_matrix.py"),
               "tolerance": TOLERANCE, "fp32_dot": chunk_kernels.FLOAT32_DOT, "cases": [], "offsets_past_int32": None}
     start = time.monotonic()
@@ -234,6 +261,7 @@ def run_matrix(args, argv):
         leaves, adjoints, offsets = case_inputs(case, device)
         want = reference(leaves, adjoints, offsets, case["scale"])
         row = {**case, "number": i + 1, "results": {}}
+        default = None                                # our default's outputs, for the recompute modes' vs_default
         for name, (fn, setting) in impls.items():
             if name == "fla" and (case["dtype"] not in args.fla_dtype.split(",")
                                   or str(case["K"]) not in args.fla_dim.split(",")):
@@ -242,7 +270,13 @@ def run_matrix(args, argv):
                 continue                              # float32 inputs keep float32 intermediates anyway
             try:
                 with setting():
-                    row["results"][name] = judge(under_test(fn, leaves, adjoints, case), want)
+                    got = under_test(fn, leaves, adjoints, case)
+                row["results"][name] = judge(got, want)
+                if name == "gdn2edu":
+                    default = got
+                elif name in RECOMPUTE_MODES and default is not None:
+                    for tensor, ratio in versus(got, default).items():
+                        row["results"][name][tensor]["vs_default"] = ratio
             except Exception as err:          # a compile error or a crash is a failed case, not a stopped run
                 row["results"][name] = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
         result["cases"].append(row)
@@ -254,7 +288,7 @@ def run_matrix(args, argv):
         print(f"[{i + 1}/{len(CASES)} {time.monotonic() - start:5.0f} s] {case['dtype']} B{case['B']} T{case['T']} "
               f"H{case['H']} K{case['K']} V{case['V']} {case['gate']} mask{case['mask_p']} "
               f"cu={case['cu_seqlens']}: {line}", flush=True)
-        del leaves, adjoints, want
+        del leaves, adjoints, want, default
     if not args.skip_large and time.monotonic() - start <= args.budget:
         torch.cuda.empty_cache()
         result["offsets_past_int32"] = offsets_past_int32(device)
