@@ -62,6 +62,21 @@ def test_fp16_inputs_output_dtype():
     assert rel(o, o_ref) < 2e-3 and rel(S, S_ref) < 2e-3
 
 
+def test_aqk_stored_in_16_bits_changes_no_value():
+    """Aqk is stored in the intermediates' type: its reader, the output kernel, rounds it to that type before its
+    product anyway, so o equals, bit for bit, the o of an Aqk stored in float32 (fp16 inputs, strong gates)."""
+    x16 = [t.half().contiguous() for t in make_inputs(1, 130, 2, 32, 16, seed=5)]
+    x16[3] = x16[3] * 8                                       # some chunks take the token-by-token path
+    p = chunk_kernels._plan(*x16, None, None, None, False, None)
+    f = chunk_kernels._forward_states(*x16, None, False, p)
+    wide = chunk_kernels._intra_states(x16[0], x16[1], x16[3], x16[4], p._replace(store=torch.float32))
+    assert f["Aqk"].dtype == torch.float16 and wide["Aqk"].dtype == torch.float32 and f["A"].dtype == torch.float32
+    assert (f["flags"] % 2).any() and not (f["flags"] % 2).all()         # both paths of the intra kernel ran
+    o16 = chunk_kernels._forward_output(x16[2], f, p)
+    o32 = chunk_kernels._forward_output(x16[2], dict(f, Aqk=wide["Aqk"]), p)
+    assert torch.equal(o16, o32)
+
+
 def _inputs():
     return [t.float() for t in make_inputs(1, 20, 1, 16, 16)]
 

@@ -113,14 +113,34 @@ def test_a_tile_setting_is_compiled_and_recorded(root, tmp_path):
 
 
 def test_the_16_bit_pointer_lists_follow_the_stored_types(root):
-    """Aqk is stored in the intermediates' type: the bf16 launches of its writer (intra) and its two readers
-    (output, reverse scan) take it as a bf16 pointer; A stays float32."""
-    code = ("import sys; sys.path.insert(0, 'tools'); import hopper_compile_check as h\n"
-            "for k, c, _, _, bf16 in h.launches(128, 128):\n"
-            "    if 'Aqk' in [p.name for p in k.params] and bf16:\n"
-            "        print(k.fn.__name__, 'Aqk' in bf16, 'A' in bf16)")
-    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    lines = set(result.stdout.splitlines())
+    """The package stores Aqk in the intermediates' type and A in float32 (an interpreter run with float16
+    inputs says so): the 16-bit launches of Aqk's writer (intra) and its two readers (output, reverse scan)
+    take it as a 16-bit pointer, and none takes A as one."""
+    stored = ("import os; os.environ['TRITON_INTERPRET'] = '1'\n"
+              "import torch; from gdn2edu import chunk_kernels as ck\n"
+              "x = [torch.rand(1, 64, 1, 16).half() for _ in range(6)]\n"
+              "f = ck._intra_states(x[0], x[1], -x[3].float(), x[4], ck._plan(*x, None, None, None, False, None))\n"
+              "print(f['Aqk'].dtype, f['A'].dtype)")
+    pointers = ("import sys; sys.path.insert(0, 'tools'); import hopper_compile_check as h\n"
+                "for k, c, _, _, bf16 in h.launches(128, 128):\n"
+                "    if 'Aqk' in [p.name for p in k.params] and bf16:\n"
+                "        print(k.fn.__name__, 'Aqk' in bf16, 'A' in bf16)")
+    results = [subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+               for code in (stored, pointers)]
+    assert all(r.returncode == 0 for r in results), [r.stderr[-3000:] for r in results]
+    assert results[0].stdout.split() == ["torch.float16", "torch.float32"], results[0].stdout
+    lines = set(results[1].stdout.splitlines())
     assert lines == {f"{name} True False" for name in ("chunk_gdn2_fwd_intra_kernel", "chunk_gdn2_fwd_output_kernel",
                                                        "chunk_gdn2_bwd_scan_kernel")}, lines
+
+
+def test_tile_settings_are_restored_after_main(root):
+    """main, called in-process with --tile, compiles with the setting and puts the shipped table back after."""
+    code = ("import sys; sys.path.insert(0, 'tools'); import hopper_compile_check as h\n"
+            "from gdn2edu import chunk_kernels as ck\n"
+            "shipped = dict(ck.OUTPUT_TILES)\n"
+            f"status = h.main(['--arch', 'sm_90', '--dim', '128', '--kernels', '{KERNEL}', '--tile', 'OUTPUT_TILES.BV=32'])\n"
+            "print(status, ck.OUTPUT_TILES == shipped, shipped['BV'] != 32)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[-1] == "0 True True", result.stdout

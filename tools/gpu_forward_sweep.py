@@ -22,9 +22,12 @@ from gdn2edu.chunk_kernels import baseline_inputs
 
 # candidate settings per table; the shipped one is tried first
 CANDIDATES = {
-    "INTRA_TILES": [dict(BK=16, num_warps=1, num_stages=1), dict(BK=32, num_warps=1, num_stages=2),
+    "INTRA_TILES": [dict(BK=16, num_warps=1, num_stages=2), dict(BK=16, num_warps=1, num_stages=1),
+                    dict(BK=32, num_warps=1, num_stages=2),
                     dict(BK=16, num_warps=2, num_stages=2), dict(BK=32, num_warps=2, num_stages=2),
-                    dict(BK=32, num_warps=4, num_stages=2), dict(BK=64, num_warps=4, num_stages=2)],
+                    dict(BK=32, num_warps=4, num_stages=2), dict(BK=64, num_warps=4, num_stages=2),
+                    dict(BK=32, num_warps=1, num_stages=3), dict(BK=64, num_warps=1, num_stages=2),
+                    dict(BK=64, num_warps=2, num_stages=2)],
     "WY_TILES": [dict(BK=32, BV=64, num_warps=4), dict(BK=32, BV=32, num_warps=2), dict(BK=64, BV=64, num_warps=4)],
     "SCAN_TILES": [dict(BV=32, num_warps=4, num_stages=4), dict(BV="auto", num_warps=4, num_stages=3)],
     "OUTPUT_TILES": [dict(BV=64, num_warps=4), dict(BV=128, num_warps=8)],
@@ -43,8 +46,9 @@ def second_launch_ms(inputs):
     q, k, v, g, b, w = inputs
     p = chunk_kernels._plan(q, k, v, g, b, w, None, None, None)
     A = torch.empty(p.B, p.T, p.H, 64, dtype=torch.float32, device=q.device)
+    Aqk = torch.empty(p.B, p.T, p.H, 64, dtype=p.store, device=q.device)       # as _intra_states allocates them
     flags = torch.zeros(p.chunks.shape[0], p.H, dtype=torch.int32, device=q.device)
-    return measure_ms(lambda: chunk_kernels._launch_intra(q, k, g, b, A, A, flags, p, 2))
+    return measure_ms(lambda: chunk_kernels._launch_intra(q, k, g, b, A, Aqk, flags, p, 2))
 
 
 def main(argv=None):
