@@ -1,6 +1,8 @@
 """Time tile settings of the backward's inputs kernel and of the forward's WY kernel as the backward re-runs it
 (on the triangles the forward keeps, writing G and not AZ) on a GPU, and the reverse scan at each fixed value
-block for the standard shapes; write
+block for the standard shapes; with ``--tables STATES_WY_TILES`` also the WY launch that writes both G and AZ
+(``recompute_states=True``'s backward and ``disable_recompute=True``'s forward), which takes the forward's
+WY_TILES today: no such table ships, so its best setting is a proposal for one; write
 the timings with their provenance and the fastest setting of each table to a JSON file (Chapter 10 shows
 it; a setting worth keeping goes into Chapter 10's tables, which ``python -m gdn2edu.bench`` then records
 with every run).
@@ -26,13 +28,13 @@ import triton.testing
 from gdn2edu import chunk_backward_kernels as cb
 from gdn2edu.bench import STANDARD_SHAPES, provenance
 from gdn2edu.chunk_backward_kernels import BACKWARD_TILE_TABLES
-from gdn2edu.chunk_kernels import _forward_states, _plan, _wy_states, baseline_inputs
+from gdn2edu.chunk_kernels import WY_TILES, _forward_states, _plan, _wy_states, baseline_inputs
 
 INPUTS = [dict(BK=128, BV=64, num_warps=8, num_stages=2), dict(BK=128, BV=32, num_warps=8, num_stages=2),
           dict(BK=64, BV=64, num_warps=8, num_stages=2), dict(BK=32, BV=64, num_warps=8, num_stages=2)]
 WY = [dict(BK=32, BV=64, num_warps=4), dict(BK=32, BV=64, num_warps=2), dict(BK=32, BV=64, num_warps=8),
       dict(BK=16, BV=64, num_warps=4), dict(BK=64, BV=64, num_warps=4), dict(BK=64, BV=64, num_warps=8)]
-SETTINGS = {"BWD_INPUTS_TILES": INPUTS, "BWD_WY_TILES": WY}     # by table name
+SETTINGS = {"BWD_INPUTS_TILES": INPUTS, "BWD_WY_TILES": WY, "STATES_WY_TILES": WY}     # by table name
 SCAN_BLOCKS = (16, 32, 64)
 
 
@@ -64,7 +66,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--budget", type=float, default=150.0, help="seconds after which no new setting starts")
-    parser.add_argument("--tables", default=",".join(SETTINGS), help="which tables to tune")
+    parser.add_argument("--tables", default="BWD_INPUTS_TILES,BWD_WY_TILES",
+                        help=f"which tables to tune, from {', '.join(SETTINGS)}")
     parser.add_argument("--commit", help="git commit of the code being measured (default: git rev-parse HEAD)")
     parser.add_argument("--scan-blocks", action="store_true", help="also time the reverse scan's value blocks")
     args = parser.parse_args(argv)
@@ -79,8 +82,14 @@ def main(argv=None):
     def recompute():                                 # what the backward recomputes: WY without AZ
         return _wy_states(*x, f["A"], p, store_G=True, store_AZ=False, tiles=cb.BWD_WY_TILES)
 
+    states_wy = dict(WY_TILES)                       # not shipped: the G and AZ launch takes WY_TILES today
+
+    def recompute_states():                          # the WY launch that writes G and AZ
+        return _wy_states(*x, f["A"], p, store_G=True, store_AZ=True, tiles=states_wy)
+
     timed_call = {"BWD_INPUTS_TILES": lambda: cb._input_grads(x[0], x[1], x[3], x[4], f, do, P, dh, dA, dAqk, p),
-                  "BWD_WY_TILES": recompute}
+                  "BWD_WY_TILES": recompute, "STATES_WY_TILES": recompute_states}
+    tables = {**BACKWARD_TILE_TABLES, "STATES_WY_TILES": states_wy}
     result = {"provenance": provenance("cuda", args.commit, sys.argv[1:] if argv is None else argv,
                                        "python tools/gpu_tune_backward.py"), "shape": [1, 8192, 16], "timed": [], "best": {}}
     if args.scan_blocks:
@@ -88,7 +97,7 @@ def main(argv=None):
         result["scan_blocks"] = time_scan_blocks()
         args.out.write_text(json.dumps(result, indent=1) + "\n")
     for name in names:
-        fn, table = timed_call[name], BACKWARD_TILE_TABLES[name]
+        fn, table = timed_call[name], tables[name]
         default = dict(table)
         for setting in SETTINGS[name]:
             if time.monotonic() - start > args.budget:
