@@ -62,6 +62,9 @@ def test_fp16_inputs_output_dtype():
     assert rel(o, o_ref) < 2e-3 and rel(S, S_ref) < 2e-3
 
 
+# the interpreter's numpy warns of the infinities that the midpoint launch forms on flagged chunks, which the
+# second launch redoes (as in test_gate_paths.py)
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_aqk_stored_in_16_bits_changes_no_value():
     """Aqk is stored in the intermediates' type: its reader, the output kernel, rounds it to that type before its
     product anyway, so o equals, bit for bit, the o of an Aqk stored in float32 (fp16 inputs, strong gates)."""
