@@ -62,6 +62,22 @@ def test_fp16_inputs_output_dtype():
     assert rel(o, o_ref) < 2e-3 and rel(S, S_ref) < 2e-3
 
 
+def test_inverse_stays_accurate_when_L_is_near_ones():
+    """Keys all alike, beta = 1 and no decay: every entry below L's diagonal is k.k = 1, so (I + L)^{-1} is
+    small while the powers of L reach binomial sizes. The substitution stays at float32's rounding (7e-7 of o's
+    largest entry, measured); an inverse as the product (I - L)(I + L^2)(I + L^4)(I + L^8), tried and rejected,
+    cancels and lands near 2e-4. 1e-5 keeps a margin of ten over the first and fails the second."""
+    gen = torch.Generator().manual_seed(0)
+    T, K, V = 64, 16, 16
+    k = torch.nn.functional.normalize(torch.rand(1, 1, 1, K, generator=gen), dim=-1).expand(1, T, 1, K).contiguous()
+    q = torch.nn.functional.normalize(torch.rand(1, T, 1, K, generator=gen), dim=-1)
+    v = torch.randn(1, T, 1, V, generator=gen)
+    x = [q, k, v, torch.zeros(1, T, 1, K), torch.ones(1, T, 1, K), torch.ones(1, T, 1, V)]
+    want = recurrent_gdn2(*(t.double() for t in x))[0]
+    got = chunk_gdn2(*x)[0]
+    assert ((got.double() - want).abs().max() / want.abs().max()).item() < 1e-5
+
+
 # the interpreter's numpy warns of the infinities that the midpoint launch forms on flagged chunks, which the
 # second launch redoes (as in test_gate_paths.py)
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
