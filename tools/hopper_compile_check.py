@@ -147,23 +147,26 @@ def launches(K, V, fp32_dot=None):
 
 
 def resource_usage(cubin):
-    """The "REG:.. STACK:.." part of ``cuobjdump -res-usage`` for a compiled kernel's binary."""
+    """{"registers": .., "stack": ..} per thread (stack in bytes) of a compiled kernel's binary, from
+    ``cuobjdump -res-usage``; None where the report has no such field (or this Triton has no cuobjdump)."""
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    if not os.path.exists(tool):
-        return f"(no resource report: this Triton has no {tool})"
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        out = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
-    fields = [x for line in out.splitlines() if "REG:" in line for x in line.split() if x.startswith(("REG", "STACK"))]
-    return " ".join(fields) or "(no resource report)"
-
-
-def usage_numbers(report):
-    """{"registers": .., "stack": ..} (per thread; stack in bytes) from resource_usage's text, None where absent."""
-    fields = dict(x.split(":", 1) for x in report.split() if x.startswith(("REG:", "STACK:")))
+    out = ""
+    if os.path.exists(tool):
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+            f.write(cubin)
+            f.flush()
+            out = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
+    fields = dict(x.split(":", 1) for line in out.splitlines() if "REG:" in line for x in line.split()
+                  if x.startswith(("REG:", "STACK:")))
     return {"registers": int(fields["REG"]) if "REG" in fields else None,
             "stack": int(fields["STACK"]) if "STACK" in fields else None}
+
+
+def usage_text(usage):
+    """resource_usage's numbers as cuobjdump prints them, "REG:.. STACK:.."."""
+    text = " ".join(f"{label}:{usage[name]}" for label, name in (("REG", "registers"), ("STACK", "stack"))
+                    if usage[name] is not None)
+    return text or "(no resource report)"
 
 
 def inputs_label(constexprs, bf16):
@@ -200,14 +203,19 @@ def _listed(parser, option, values, allowed):
     return [x for x in allowed if str(x) in wanted]
 
 
+def tile_tables():
+    """{name: table} of the *_TILES dicts of chunk_kernels and chunk_backward_kernels (the tables themselves)."""
+    return {name: table for module in (ck, cb) for name, table in vars(module).items()
+            if name.endswith("_TILES") and isinstance(table, dict)}
+
+
 def _tile_setting(parser, text):
-    """(table dict, key, int value) from "TABLE.KEY=VALUE", TABLE a *_TILES table of chunk_kernels or
-    chunk_backward_kernels and KEY one of its entries; anything else is a parser error."""
+    """(table dict, key, int value) from "TABLE.KEY=VALUE", TABLE one of tile_tables() and KEY one of its
+    entries; anything else is a parser error."""
     name, _, rest = text.partition(".")
     key, _, value = rest.partition("=")
-    table = getattr(ck, name, None) if name.endswith("_TILES") else None
-    table = getattr(cb, name, None) if table is None and name.endswith("_TILES") else table
-    if not isinstance(table, dict) or key not in table or not value.isdigit():
+    table = tile_tables().get(name)
+    if table is None or key not in table or not value.isdigit():
         parser.error(f"argument --tile: expected TABLE.KEY=INTEGER with TABLE a *_TILES table of chunk_kernels or "
                      f"chunk_backward_kernels and KEY one of its entries, got {text!r}")
     return table, key, int(value)
@@ -276,8 +284,7 @@ def _compile_all(args, argv):
                   "package": os.path.dirname(os.path.abspath(gdn2edu.__file__)), "tool": tool_version(),
                   "targets": {arch: {"arch": arch, "shared_memory_limit": TARGETS[arch][1]} for arch in args.arch},
                   "dims": args.dim, "fp32_dot": args.fp32_dot, "aligned": args.aligned,
-                  "tiles": {name: dict(getattr(module, name)) for module in (ck, cb) for name in dir(module)
-                            if name.endswith("_TILES") and isinstance(getattr(module, name), dict)},
+                  "tiles": {name: dict(table) for name, table in tile_tables().items()},
                   "launches": records}
         with open(args.out, "w") as f:
             json.dump(record, f, indent=1)
@@ -323,10 +330,9 @@ def check(target, limit, dim, registers, kernels, fp32_dot, aligned=False, recor
         usage = resource_usage(binary.asm["cubin"]) if registers or records is not None else None
         print(f"{'ok  ' if fits else 'FAIL'} {name} ({inputs}{dot}, warps {num_warps}, stages {num_stages}): "
               f"shared memory {shared} of {limit} bytes, compiled in {time.monotonic() - start:.1f} s"
-              + (f", {usage}" if registers else ""))
+              + (f", {usage_text(usage)}" if registers else ""))
         if records is not None:
-            records.append(dict(launch, ok=fits, shared_memory=shared, shared_memory_limit=limit,
-                                **usage_numbers(usage)))
+            records.append(dict(launch, ok=fits, shared_memory=shared, shared_memory_limit=limit, **usage))
     return failures, compiled
 
 
