@@ -52,7 +52,7 @@ def test_packed_sequences_strong_decay():
 
 
 def test_fp16_inputs_output_dtype():
-    """fp16 inputs: o in fp16, state float32. The intermediates (AE, AZ, kg, Q_g, h, R) are stored in fp16
+    """fp16 inputs: o in fp16, state float32. The intermediates (Aqk, AE, AZ, kg, Q_g, h, R) are stored in fp16
     too, so both o and the state carry a few units of fp16 rounding (2^-11 ~ 4.9e-4): 2e-3 for both."""
     x = make_inputs(1, 40, 1, 16, 16, seed=3)
     x16 = tuple(t.half() for t in x)
