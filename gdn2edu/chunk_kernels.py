@@ -53,24 +53,29 @@ def _row(b_x, i, BR: tl.constexpr):
 
 @triton.jit
 def _gates(g, bos, T, row0, i_h, i_k, b_prefix, H: tl.constexpr, K: tl.constexpr, BC: tl.constexpr,
-           BK: tl.constexpr):
+           BK: tl.constexpr, DOT: tl.constexpr):
     """Base-2 G [BC, BK] of rows row0 .. row0+BC, key block i_k, continuing the previous sub-chunk's (b_prefix
-    [BK]), and G on its last row [BK], the next sub-chunk's prefix."""
-    b_g = _load(g + (bos * H + i_h) * K, row0, i_k * BK, T, K, H * K, BC, BK)
-    b_g = tl.cumsum(b_g * 1.4426950408889634, axis=0) + b_prefix[None, :]   # G / ln 2; rows past T add 0
+    [BK]), and G on its last row [BK], the next sub-chunk's prefix. The running sum is one product with the
+    lower-triangular ones (a tensor-core product instead of a scan across the warp's lanes), in float32's
+    accuracy: the exponents it forms are multiplied out, so tf32's rounding would not do."""
+    GATE_DOT: tl.constexpr = "tf32x3" if DOT == "tf32" else "ieee"
+    o_c = tl.arange(0, BC)
+    b_g = _load(g + (bos * H + i_h) * K, row0, i_k * BK, T, K, H * K, BC, BK) * 1.4426950408889634   # G / ln 2
+    b_g = tl.dot((o_c[:, None] >= o_c[None, :]).to(tl.float32), b_g, input_precision=GATE_DOT)    # rows past T add 0
+    b_g = b_g + b_prefix[None, :]
     return b_g, _row(b_g, BC - 1, BC)
 
 
 @triton.jit
 def _sub_chunk(q, k, b, g, bos, T, row0, i_h, i_k, b_prefix, H: tl.constexpr, K: tl.constexpr,
-               BC: tl.constexpr, BK: tl.constexpr):
+               BC: tl.constexpr, BK: tl.constexpr, DOT: tl.constexpr):
     """Rows row0 .. row0+BC of one chunk, key block i_k, in float32 [BC, BK]: queries, erase rows b * k, keys
     and base-2 G continuing the previous sub-chunk's (b_prefix [BK]); also G on the first row [BK], from one row
     load (cheaper than picking the row out of the tile), and on the last row, the next prefix."""
     b_q = _load(q + (bos * H + i_h) * K, row0, i_k * BK, T, K, H * K, BC, BK)
     b_k = _load(k + (bos * H + i_h) * K, row0, i_k * BK, T, K, H * K, BC, BK)
     b_b = _load(b + (bos * H + i_h) * K, row0, i_k * BK, T, K, H * K, BC, BK)
-    b_g, b_last = _gates(g, bos, T, row0, i_h, i_k, b_prefix, H, K, BC, BK)
+    b_g, b_last = _gates(g, bos, T, row0, i_h, i_k, b_prefix, H, K, BC, BK, DOT)
     o_k = i_k * BK + tl.arange(0, BK)
     b_g_first = tl.load(g + ((bos + row0) * H + i_h) * K + o_k, mask=(o_k < K) & (row0 + 0 * o_k < T), other=0.0)
     return b_q, b_b * b_k, b_k, b_g, b_prefix + b_g_first.to(tl.float32) * 1.4426950408889634, b_last
@@ -142,13 +147,13 @@ def _row_scores(q, k, g, b, bos, T, t0, i_h, scale, ROW: tl.constexpr, H: tl.con
         b_p = tl.zeros([BK], dtype=tl.float32)
         b_g0, b_g1, b_g2 = z, z, z             # G of the sub-chunks before ROW (a constexpr: only those used)
         if ROW > 0:
-            b_g0, b_p = _gates(g, bos, T, t0, i_h, i_k, b_p, H, K, BC, BK)
+            b_g0, b_p = _gates(g, bos, T, t0, i_h, i_k, b_p, H, K, BC, BK, DOT)
         if ROW > 1:
-            b_g1, b_p = _gates(g, bos, T, t0 + BC, i_h, i_k, b_p, H, K, BC, BK)
+            b_g1, b_p = _gates(g, bos, T, t0 + BC, i_h, i_k, b_p, H, K, BC, BK, DOT)
         if ROW > 2:
-            b_g2, b_p = _gates(g, bos, T, t0 + 2 * BC, i_h, i_k, b_p, H, K, BC, BK)
+            b_g2, b_p = _gates(g, bos, T, t0 + 2 * BC, i_h, i_k, b_p, H, K, BC, BK, DOT)
         b_q, b_e, b_k, b_g, b_first, b_last = _sub_chunk(q, k, b, g, bos, T, t0 + ROW * BC, i_h, i_k, b_p,
-                                                         H, K, BC, BK)
+                                                         H, K, BC, BK, DOT)
         if CHECK_OPERANDS:
             amax = tl.maximum(amax, _largest(b_q, b_e, b_k, scale))
         b_l, b_s, b_xa = _diagonal_scores(b_q, b_e, b_k, b_g, b_first, b_last, PAIRWISE, BC, DOT)
