@@ -450,7 +450,7 @@ def _schedule(offsets, BT, device):
 SCAN_TILES = {"BV": "auto", "num_warps": 4, "num_stages": 4}  # "auto": _one_wave_block, per call
 WY_TILES = {"BK": 32, "BV": 64, "num_warps": 2}           # the WY kernel's key and value blocks, warps
 OUTPUT_TILES = {"BV": 128, "num_warps": 4}                # the output kernel's value block, warps
-INTRA_TILES = {"BK": 32, "num_warps": 1, "num_stages": 2}  # the intra kernel's key block, warps, stages
+INTRA_TILES = {"BK": 16, "num_warps": 1, "num_stages": 2}  # the intra kernel's key block, warps, stages
 # With 16-bit inputs, store Aqk, AE, AZ, kg, Q_g, h and R in that type (half the traffic, 16-bit tensor-core
 # products; the state and every accumulation stay float32). False keeps them in float32.
 LOW_PRECISION_INTERMEDIATES = True
