@@ -1,0 +1,62 @@
+"""tools/gpu_kernel_counters.py: the parsing of Nsight Compute's CSV details page, its --shape option, and its
+refusal to run without a GPU (the counters themselves need one: Chapter 11 reads the H200 record)."""
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+
+import gpu_kernel_counters as counters  # noqa: E402
+
+HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
+          '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"')
+
+
+def row(launch, kernel, section, name, unit, value):
+    return (f'"{launch}","1","python3","127.0.0.1","{kernel}","1","7","(32, 1, 1)","(128, 16, 1)","0","9.0",'
+            f'"{section}","{name}","{unit}","{value}"')
+
+
+def test_details_are_grouped_per_launch_in_order_with_numbers_parsed():
+    text = "\n".join([
+        "==PROF== Connected to process 1 (python3)",
+        HEADER,
+        row(1, "chunk_gdn2_fwd_wy_kernel", "Occupancy", "Theoretical Occupancy", "%", "12.50"),
+        row(0, "chunk_gdn2_fwd_intra_kernel", "Launch Statistics", "Grid Size", "", "2,048"),
+        row(0, "chunk_gdn2_fwd_intra_kernel", "Launch Statistics", "Registers Per Thread", "register/thread", "255"),
+        row(0, "chunk_gdn2_fwd_intra_kernel", "Launch Statistics", "Shared Memory Configuration Size", "Kbyte",
+            "16.38"),                                                  # not in METRICS: dropped
+        row(1, "chunk_gdn2_fwd_wy_kernel", "Occupancy", "Block Limit Registers", "block", "n/a"),
+    ])
+    launches = counters.parse_details(text)
+    assert [x["kernel"] for x in launches] == ["chunk_gdn2_fwd_intra_kernel", "chunk_gdn2_fwd_wy_kernel"]
+    assert [x["id"] for x in launches] == [0, 1]
+    intra, wy = (x["metrics"] for x in launches)
+    assert intra == {"Grid Size": {"unit": "", "value": 2048.0},
+                     "Registers Per Thread": {"unit": "register/thread", "value": 255.0}}
+    assert wy["Theoretical Occupancy"] == {"unit": "%", "value": 12.5}
+    assert wy["Block Limit Registers"]["value"] == "n/a"                 # not a number: kept as printed
+
+
+def test_output_without_a_csv_header_is_an_error():
+    with pytest.raises(ValueError, match="no CSV header"):
+        counters.parse_details("==PROF== Disconnected from process 1\n")
+
+
+@pytest.mark.parametrize("text", ["1,8192", "1,8192,0", "a,b,c", "1,2,3,4"])
+def test_shape_must_be_three_positive_ints(text):
+    with pytest.raises(argparse.ArgumentTypeError, match="three positive ints"):
+        counters.shape_arg(text)
+    assert counters.shape_arg("2,1024,8") == (2, 1024, 8)
+
+
+def test_without_a_gpu_it_stops_with_a_message(tmp_path):
+    result = subprocess.run([sys.executable, "tools/gpu_kernel_counters.py", "--out", str(tmp_path / "x.json")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0 and "needs a CUDA GPU" in result.stderr
+    assert not (tmp_path / "x.json").exists()

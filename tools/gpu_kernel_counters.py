@@ -1,0 +1,130 @@
+"""Hardware counters of the chunked forward's kernels on a GPU, read by NVIDIA Nsight Compute (``ncu``): occupancy
+and what limits it, registers and shared memory per block, how often a scheduler finds a warp ready to issue,
+throughput against the device's peaks; JSON with provenance.
+
+    python tools/gpu_kernel_counters.py --out results/h200_forward_counters.json [--commit SHA]
+        [--shape B,T,H]   (default 1,8192,16; bf16, K = V = 128, chunk_kernels.baseline_inputs)
+
+The tool runs itself again under ``ncu`` (``--target``): that process calls ``chunk_gdn2_fwd`` three times and
+``ncu`` records the launches of the third, the first two being warm-up (compilation, caches). The default
+path launches the intra kernel twice (mode 1, then mode 2 on the flagged chunks: none at the baseline's gates,
+so its programs return at once); both launches are recorded, in launch order.
+"""
+
+import argparse
+import csv
+import io
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+# the sections read and, of their metrics, the ones kept (names as Nsight Compute prints them)
+SECTIONS = ("LaunchStats", "Occupancy", "SchedulerStats", "WarpStateStats", "SpeedOfLight")
+METRICS = ("Duration", "Registers Per Thread", "Block Size", "Grid Size", "Dynamic Shared Memory Per Block",
+           "Waves Per SM", "Theoretical Occupancy", "Achieved Occupancy", "Block Limit Registers",
+           "Block Limit Shared Mem", "Block Limit Warps", "Issued Warp Per Scheduler", "No Eligible",
+           "Eligible Warps Per Scheduler", "Warp Cycles Per Issued Instruction", "Compute (SM) Throughput",
+           "Memory Throughput", "DRAM Throughput")
+KERNEL_PREFIX = "chunk_gdn2_fwd_"          # the forward's kernels: intra, wy, scan, output
+LAUNCHES_PER_FORWARD = 5                   # intra twice (modes 1 and 2), wy, scan, output
+FORWARDS = 3                               # the last one is recorded
+
+
+def shape_arg(text):
+    """--shape "B,T,H" -> (B, T, H), three positive ints, or an argparse error."""
+    try:
+        values = tuple(int(n) for n in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 3 or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected three positive ints B,T,H, got {text!r}")
+    return values
+
+
+def parse_details(text):
+    """Nsight Compute's ``--csv --page details`` output -> [{"kernel", "id", "metrics": {name: {"unit", "value"}}}]
+    per launch, in launch order, with the metrics of METRICS; values as floats where they are numbers (thousands
+    separators dropped), else as printed. Lines before the CSV header (the tool's own messages) are skipped."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
+    if start is None:
+        raise ValueError("no CSV header (a line starting with \"ID\") in the Nsight Compute output")
+    launches = {}
+    for row in csv.DictReader(io.StringIO("\n".join(lines[start:]))):
+        if row.get("Metric Name") not in METRICS:
+            continue
+        launch = launches.setdefault(int(row["ID"]), {"kernel": row["Kernel Name"].split("(")[0].strip(),
+                                                      "id": int(row["ID"]), "metrics": {}})
+        value = row["Metric Value"].replace(",", "")
+        try:
+            value = float(value)
+        except ValueError:
+            value = row["Metric Value"]
+        launch["metrics"][row["Metric Name"]] = {"unit": row["Metric Unit"], "value": value}
+    return [launches[i] for i in sorted(launches)]
+
+
+def run_target(shape):
+    """The profiled process: FORWARDS calls of the forward at ``shape`` on the baseline's inputs."""
+    from gdn2edu.chunk_kernels import baseline_inputs, chunk_gdn2_fwd
+
+    x = baseline_inputs(*shape)
+    for _ in range(FORWARDS):
+        chunk_gdn2_fwd(*x)
+    torch.cuda.synchronize()
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path)
+    p.add_argument("--commit", default=None)
+    p.add_argument("--shape", type=shape_arg, default=(1, 8192, 16))
+    p.add_argument("--target", action="store_true", help=argparse.SUPPRESS)   # the process ncu profiles
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("gpu_kernel_counters.py reads a GPU's counters: it needs a CUDA GPU")
+    if args.target:
+        return run_target(args.shape)
+    if args.out is None:
+        p.error("--out is required")
+    ncu = shutil.which("ncu")
+    if ncu is None:
+        raise SystemExit("gpu_kernel_counters.py needs NVIDIA Nsight Compute's ncu on the PATH")
+    from gdn2edu.bench import provenance
+
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "details.csv"
+        command = [ncu, "--clock-control", "none", "--csv", "--page", "details", "--log-file", str(log),
+                   "-k", f"regex:{KERNEL_PREFIX}", "-s", str((FORWARDS - 1) * LAUNCHES_PER_FORWARD),
+                   "-c", str(LAUNCHES_PER_FORWARD), *(a for s in SECTIONS for a in ("--section", s)),
+                   sys.executable, str(Path(__file__).resolve()), "--target", "--shape",
+                   ",".join(map(str, args.shape))]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"ncu failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        text = log.read_text() if log.exists() else ""
+        launches = parse_details(text if '"ID"' in text else done.stdout)     # the log, or where ncu printed it
+    if len(launches) != LAUNCHES_PER_FORWARD or not all(x["kernel"].startswith(KERNEL_PREFIX) for x in launches):
+        raise SystemExit(f"expected the {LAUNCHES_PER_FORWARD} launches of one forward, got "
+                         f"{[x['kernel'] for x in launches]}")
+    version = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    record = {"provenance": provenance("cuda", args.commit, argv, program="python tools/gpu_kernel_counters.py"),
+              "ncu": version, "shape": list(args.shape), "K": 128, "V": 128, "dtype": "bf16",
+              "sections": list(SECTIONS), "launches": launches}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    for x in launches:
+        m = x["metrics"]
+        print(f"{x['kernel']:32s} " + "  ".join(f"{name} {m[name]['value']}" for name in
+                                                  ("Duration", "Registers Per Thread", "Theoretical Occupancy",
+                                                   "No Eligible") if name in m))
+
+
+if __name__ == "__main__":
+    main()
