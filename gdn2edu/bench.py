@@ -705,6 +705,29 @@ def kernel_medians(processes, part):
                     for name in rows[0][shape]["kernels_ms"]} for shape in shapes}
 
 
+def warmup_outcome(warmup):
+    """What a combined file's warm-up process ("warmup_process") did, for the chapters that quote it: a dict with
+    "finished" (it exited on its own), "stopped_during" (the measurement its time budget or time limit cut short,
+    or None), "skipped" (the measurements it then left out; empty after a time limit, which leaves no list) and
+    "text", a phrase that says so. An entry that is not a warm-up's is a ValueError."""
+    if warmup.get("role") != "warm-up":
+        raise ValueError(f"not a warm-up process entry: role {warmup.get('role')!r}")
+    if warmup["status"] == "ok":
+        skipped = warmup["result"]["skipped"]
+        if skipped and not skipped[0].endswith(" (interrupted)"):
+            raise ValueError(f"the first skipped measurement should be the interrupted one, got {skipped[0]!r}")
+        stopped = skipped[0].removesuffix(" (interrupted)") if skipped else None
+        text = "finished" if not skipped else (f"finished, but its time budget ran out during {stopped} and it "
+                                               f"skipped {len(skipped)} of its measurements")
+        return {"finished": True, "stopped_during": stopped, "skipped": skipped, "text": text}
+    if warmup["status"].startswith("failed: did not finish"):
+        tail = (warmup.get("stderr_tail") or "").strip().splitlines()
+        stopped = tail[-1].split("  ")[-1].strip() if tail else None        # its last progress line
+        text = "ran out of its time limit" + (f" (its progress stopped at {stopped})" if stopped else "")
+        return {"finished": False, "stopped_during": stopped, "skipped": [], "text": text}
+    raise ValueError(f"unexpected warm-up status {warmup['status']!r}")
+
+
 def _run_child(command, out, limit, env):
     """Run one child benchmark; return its entry: status, exit code, seconds, stderr's tail, result (or None)."""
     start = time.monotonic()

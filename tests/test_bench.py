@@ -386,3 +386,27 @@ def test_kernel_medians_takes_the_median_per_kernel_and_refuses_gaps():
         kernel_medians([process(1.0)], "forward")
     with pytest.raises(ValueError, match="no 'backward_breakdown' rows"):
         kernel_medians([process(1.0)], "backward_breakdown")
+
+
+def test_warmup_outcome_reads_each_way_a_warm_up_ends():
+    finished = {"role": "warm-up", "status": "ok", "result": {"skipped": []}}
+    assert bench.warmup_outcome(finished) == {"finished": True, "stopped_during": None, "skipped": [],
+                                              "text": "finished"}
+    budget = {"role": "warm-up", "status": "ok",
+              "result": {"skipped": ["forward 1x8192x16 fla (interrupted)", "decode B=1 gdn2edu"]}}
+    outcome = bench.warmup_outcome(budget)
+    assert outcome["finished"] and outcome["stopped_during"] == "forward 1x8192x16 fla"
+    assert outcome["text"] == ("finished, but its time budget ran out during forward 1x8192x16 fla and it skipped "
+                               "2 of its measurements")
+    limit = {"role": "warm-up", "status": "failed: did not finish in its time limit of 250 s", "result": None,
+             "stderr_tail": "compiling\n[  12 s]  forward 1x8192x16 fla\n"}
+    outcome = bench.warmup_outcome(limit)
+    assert not outcome["finished"] and outcome["stopped_during"] == "forward 1x8192x16 fla"
+    assert outcome["text"] == "ran out of its time limit (its progress stopped at forward 1x8192x16 fla)"
+    assert bench.warmup_outcome(dict(limit, stderr_tail=None))["text"] == "ran out of its time limit"
+    with pytest.raises(ValueError, match="not a warm-up"):
+        bench.warmup_outcome(dict(finished, role="measured"))
+    with pytest.raises(ValueError, match="interrupted one"):
+        bench.warmup_outcome({"role": "warm-up", "status": "ok", "result": {"skipped": ["decode B=1 fla"]}})
+    with pytest.raises(ValueError, match="unexpected warm-up status"):
+        bench.warmup_outcome(dict(finished, status="crashed"))
