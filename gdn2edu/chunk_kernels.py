@@ -451,6 +451,7 @@ SCAN_TILES = {"BV": "auto", "num_warps": 4, "num_stages": 4}  # "auto": _one_wav
 WY_TILES = {"BK": 32, "BV": 64, "num_warps": 2}           # the WY kernel's key and value blocks, warps
 OUTPUT_TILES = {"BV": 128, "num_warps": 4}                # the output kernel's value block, warps
 INTRA_TILES = {"BK": 16, "num_warps": 1, "num_stages": 2}  # the intra kernel's key block, warps, stages
+# (a "maxnreg" entry, which a sweep may try, caps its registers per thread: more programs fit an SM, some spill)
 # With 16-bit inputs, store Aqk, AE, AZ, kg, Q_g, h and R in that type (half the traffic, 16-bit tensor-core
 # products; the state and every accumulation stay float32). False keeps them in float32.
 LOW_PRECISION_INTERMEDIATES = True
@@ -595,7 +596,7 @@ def _launch_intra(q, k, g, b, A, Aqk, flags, p: _Plan, mode):
         q, k, g, b, A, Aqk, flags, p.cu, p.chunks, p.scale, H=p.H, K=p.K, BT=64, BC=16,
         BK=min(_block_width(p.K), INTRA_TILES["BK"]), MODE=mode, MID_LIMIT=MID_LIMIT,
         OPERAND_LIMIT=_operand_limit(p.store), DOT=p.DOT, num_warps=INTRA_TILES["num_warps"],
-        num_stages=INTRA_TILES["num_stages"])
+        num_stages=INTRA_TILES["num_stages"], maxnreg=INTRA_TILES.get("maxnreg"))
 
 
 def _intra_states(q, k, g, b, p: _Plan):

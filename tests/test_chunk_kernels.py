@@ -170,3 +170,24 @@ def test_kernel_settings_refuses_bad_values_by_name(overrides, message):
         with chunk_kernels.kernel_settings(**overrides):
             pass
     assert (chunk_kernels.FLOAT32_DOT, chunk_kernels.LOW_PRECISION_INTERMEDIATES) == before
+
+
+def test_intra_launch_passes_a_register_cap_only_when_the_table_has_one(monkeypatch):
+    """INTRA_TILES may carry "maxnreg" (a sweep tries it): the launch hands it to Triton, and None without it.
+    The interpreter ignores the option, so a fake kernel records what the launch passes."""
+    from gdn2edu import chunk_kernels as ck
+
+    seen = []
+
+    class FakeKernel:
+        def __getitem__(self, grid):
+            return lambda *args, **options: seen.append(options)
+
+    q, k, v, g, b, w = (x.float() for x in make_inputs(1, 70, 2, 16, 16, seed=3))
+    p = ck._plan(q, k, v, g, b, w, None, None, None)
+    monkeypatch.setattr(ck, "chunk_gdn2_fwd_intra_kernel", FakeKernel())
+    for table in (dict(ck.INTRA_TILES), dict(ck.INTRA_TILES, maxnreg=168)):
+        monkeypatch.setattr(ck, "INTRA_TILES", table)
+        ck._launch_intra(q, k, g, b, None, None, None, p, 1)
+    assert [s["maxnreg"] for s in seen] == [None, 168]
+    assert all(s["num_warps"] == ck.INTRA_TILES["num_warps"] for s in seen)

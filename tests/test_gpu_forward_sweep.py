@@ -1,0 +1,31 @@
+"""tools/gpu_forward_sweep.py, the parts that run without a GPU: its candidates and how it sets a tile table."""
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+
+import gpu_forward_sweep as sweep  # noqa: E402
+
+from gdn2edu import chunk_kernels  # noqa: E402
+
+
+def test_a_setting_replaces_the_table_and_the_shipped_one_comes_back_whole():
+    shipped = dict(chunk_kernels.INTRA_TILES)
+    capped = dict(shipped, maxnreg=168)
+    try:
+        sweep.use("INTRA_TILES", capped)
+        assert chunk_kernels.INTRA_TILES == capped
+        sweep.use("INTRA_TILES", shipped)
+        assert chunk_kernels.INTRA_TILES == shipped and "maxnreg" not in chunk_kernels.INTRA_TILES
+    finally:
+        sweep.use("INTRA_TILES", shipped)
+
+
+def test_every_candidate_sets_only_keys_its_launch_reads():
+    """A candidate's keys are the shipped table's, plus "maxnreg" for the intra kernel, whose launch reads it."""
+    for table, candidates in sweep.CANDIDATES.items():
+        keys = set(getattr(chunk_kernels, table)) | ({"maxnreg"} if table == "INTRA_TILES" else set())
+        assert all(set(c) <= keys for c in candidates), table
+        assert len({tuple(sorted(c.items())) for c in candidates}) == len(candidates), table   # no repeats
