@@ -14,19 +14,10 @@ if not torch.cuda.is_available():
 import triton
 import triton.language as tl
 
-from gdn2edu.fused_recurrent import _MAX_HEAD_DIM, _check_norm_eps, _on_device, _row_grid
+from gdn2edu.fused_recurrent import _MAX_HEAD_DIM, _check_norm_eps, _on_device, _row_grid, _row_tile
 from gdn2edu.short_conv import _check_triton_call
 
 NORM_TILES = dict(BR=16, num_warps=4)                # not yet tuned on a GPU
-
-
-@triton.jit
-def _load_rows(x, gate, r, o_d, N, D: tl.constexpr):
-    """Rows r [BR], columns o_d [BD] of x and gate [N, D] as float32 [BR, BD] (zeros outside), and the mask."""
-    m = (r[:, None] < N) & (o_d[None, :] < D)
-    offsets = r[:, None].to(tl.int64) * D + o_d[None, :]
-    return (tl.load(x + offsets, mask=m, other=0.0).to(tl.float32),
-            tl.load(gate + offsets, mask=m, other=0.0).to(tl.float32), offsets, m)
 
 
 @triton.jit(do_not_specialize=["N"])
@@ -35,7 +26,8 @@ def gated_norm_fwd_kernel(x, gate, weight, y, rstd, eps, N, D: tl.constexpr, BR:
     rstd[r] = rsqrt(mean(x[r]^2) + eps) stored for the backward."""
     r = tl.program_id(0) * BR + tl.arange(0, BR)
     o_d = tl.arange(0, BD)
-    b_x, b_g, offsets, m = _load_rows(x, gate, r, o_d, N, D)
+    b_x, offsets, m = _row_tile(x, r, o_d, N, D)                  # Chapter 8's row tiles, of x and of the gate
+    b_g, _, _ = _row_tile(gate, r, o_d, N, D)
     b_w = tl.load(weight + o_d, mask=o_d < D, other=0.0).to(tl.float32)
     b_rstd = tl.rsqrt(tl.sum(b_x * b_x, axis=1) / D + eps)
     b_y = b_x * b_rstd[:, None] * b_w[None, :] * tl.sigmoid(b_g)
@@ -52,7 +44,8 @@ def gated_norm_bwd_kernel(x, gate, weight, rstd, dy, dx, dgate, dw, N, D: tl.con
     i_r = tl.program_id(0)
     r = i_r * BR + tl.arange(0, BR)
     o_d = tl.arange(0, BD)
-    b_x, b_g, offsets, m = _load_rows(x, gate, r, o_d, N, D)
+    b_x, offsets, m = _row_tile(x, r, o_d, N, D)
+    b_g, _, _ = _row_tile(gate, r, o_d, N, D)
     b_w = tl.load(weight + o_d, mask=o_d < D, other=0.0).to(tl.float32)
     b_rstd = tl.load(rstd + r, mask=r < N, other=0.0)
     b_dy = tl.load(dy + offsets, mask=m, other=0.0).to(tl.float32)
