@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -55,8 +56,16 @@ def test_shape_must_be_three_positive_ints(text):
     assert counters.shape_arg("2,1024,8") == (2, 1024, 8)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is what a machine without a GPU sees")
 def test_without_a_gpu_it_stops_with_a_message(tmp_path):
     result = subprocess.run([sys.executable, "tools/gpu_kernel_counters.py", "--out", str(tmp_path / "x.json")],
                             cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode != 0 and "needs a CUDA GPU" in result.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+def test_the_inputs_line_of_the_profiled_process_is_found_or_missed_loudly():
+    out = 'compiling\n{"inputs": {"K": 128, "V": 64, "dtype": "bfloat16"}}\n'
+    assert counters.target_inputs(out) == {"K": 128, "V": 64, "dtype": "bfloat16"}
+    with pytest.raises(ValueError, match="no inputs line"):
+        counters.target_inputs("compiling\n")

@@ -28,12 +28,13 @@ CANDIDATES = {
                     dict(BK=32, num_warps=4, num_stages=2), dict(BK=64, num_warps=4, num_stages=2),
                     dict(BK=32, num_warps=1, num_stages=3), dict(BK=64, num_warps=1, num_stages=2),
                     dict(BK=64, num_warps=2, num_stages=2),
-                    # registers capped (tools/hopper_compile_check.py on sm_90, bf16 mode 1: 255 registers and no
-                    # stack uncapped; 56, 232, 560 bytes of stack at these caps): 10, 12, 16 warps per SM, not 8
+                    # registers capped: the kernel takes all 255 uncapped (results/h200_forward_counters.json),
+                    # 8 one-warp programs per SM; at these caps 10, 12, 16 fit, spilling some registers
                     *(dict(BK=16, num_warps=1, num_stages=2, maxnreg=cap) for cap in (200, 168, 128))],
     "WY_TILES": [dict(BK=32, BV=64, num_warps=4), dict(BK=32, BV=32, num_warps=2), dict(BK=64, BV=64, num_warps=4)],
     "SCAN_TILES": [dict(BV=32, num_warps=4, num_stages=4), dict(BV="auto", num_warps=4, num_stages=3),
-                   # fewer stages (less shared memory: more than one block per SM) or more warps per block
+                   # fewer stages (less shared memory: more than one block per SM where the grid has more
+                   # programs than SMs) or more warps per block (at batch 1 the grid is one wave)
                    dict(BV="auto", num_warps=4, num_stages=2), dict(BV="auto", num_warps=8, num_stages=4),
                    dict(BV="auto", num_warps=8, num_stages=2)],
     "OUTPUT_TILES": [dict(BV=64, num_warps=4), dict(BV=128, num_warps=8)],

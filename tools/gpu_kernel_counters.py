@@ -70,13 +70,23 @@ def parse_details(text):
 
 
 def run_target(shape):
-    """The profiled process: FORWARDS calls of the forward at ``shape`` on the baseline's inputs."""
+    """The profiled process: FORWARDS calls of the forward at ``shape`` on the baseline's inputs; prints one JSON
+    line with the inputs' K, V and dtype, which the record states."""
     from gdn2edu.chunk_kernels import baseline_inputs, chunk_gdn2_fwd
 
-    x = baseline_inputs(*shape)
+    q, k, v, g, b, w = baseline_inputs(*shape)
     for _ in range(FORWARDS):
-        chunk_gdn2_fwd(*x)
+        chunk_gdn2_fwd(q, k, v, g, b, w)
     torch.cuda.synchronize()
+    print(json.dumps({"inputs": {"K": q.shape[-1], "V": v.shape[-1], "dtype": str(q.dtype).removeprefix("torch.")}}))
+
+
+def target_inputs(stdout):
+    """The target's {"K", "V", "dtype"} from its JSON line in ``stdout``; a ValueError where it printed none."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith('{"inputs"'):
+            return json.loads(line)["inputs"]
+    raise ValueError("the profiled process printed no inputs line")
 
 
 def main(argv=None):
@@ -114,8 +124,11 @@ def main(argv=None):
         raise SystemExit(f"expected the {LAUNCHES_PER_FORWARD} launches of one forward, got "
                          f"{[x['kernel'] for x in launches]}")
     version = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    inputs = target_inputs(done.stdout)
+    dtype = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(inputs["dtype"], inputs["dtype"])
     record = {"provenance": provenance("cuda", args.commit, argv, program="python tools/gpu_kernel_counters.py"),
-              "ncu": version, "shape": list(args.shape), "K": 128, "V": 128, "dtype": "bf16",
+              "ncu": version, "ncu_command": ["<log file>" if a == str(log) else a for a in command[1:]],
+              "shape": list(args.shape), "K": inputs["K"], "V": inputs["V"], "dtype": dtype,
               "sections": list(SECTIONS), "launches": launches}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n")
