@@ -24,7 +24,8 @@ pointers stand in for float16 ones there). ``--out FILE`` writes every compiled 
 warps, stages, shared memory, registers and stack) to FILE as JSON, with the provenance of gdn2edu.bench (the
 commit is that of the gdn2edu imported: PYTHONPATH may point at a worktree of an older commit), the targets and
 the tile tables compiled. ``--tile INTRA_TILES.BK=16`` compiles with one entry of a tile table changed
-(repeatable), to compare a setting that is not shipped.
+(repeatable), to compare a setting that is not shipped; ``--tile INTRA_TILES.maxnreg=168`` adds the register cap
+that the intra kernel's launch reads when its table has one (OPTIONAL_TILE_KEYS).
 """
 
 import argparse
@@ -209,15 +210,20 @@ def tile_tables():
             if name.endswith("_TILES") and isinstance(table, dict)}
 
 
+# entries a table may lack, which its launch reads when present (chunk_kernels._launch_intra: a register cap)
+OPTIONAL_TILE_KEYS = {"INTRA_TILES": ("maxnreg",)}
+_ABSENT = object()
+
+
 def _tile_setting(parser, text):
     """(table dict, key, int value) from "TABLE.KEY=VALUE", TABLE one of tile_tables() and KEY one of its
-    entries; anything else is a parser error."""
+    entries or of its OPTIONAL_TILE_KEYS; anything else is a parser error."""
     name, _, rest = text.partition(".")
     key, _, value = rest.partition("=")
     table = tile_tables().get(name)
-    if table is None or key not in table or not value.isdigit():
+    if table is None or key not in (*table, *OPTIONAL_TILE_KEYS.get(name, ())) or not value.isdigit():
         parser.error(f"argument --tile: expected TABLE.KEY=INTEGER with TABLE a *_TILES table of chunk_kernels or "
-                     f"chunk_backward_kernels and KEY one of its entries, got {text!r}")
+                     f"chunk_backward_kernels and KEY one of its entries (or {OPTIONAL_TILE_KEYS}), got {text!r}")
     return table, key, int(value)
 
 
@@ -253,14 +259,17 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    shipped = [(table, key, table[key]) for table, key, _ in args.tile]
+    shipped = [(table, key, table.get(key, _ABSENT)) for table, key, _ in args.tile]
     for table, key, value in args.tile:
         table[key] = value
     try:
         return _compile_all(args, argv)
     finally:                                   # the shipped tables back, for a caller in the same process
         for table, key, value in reversed(shipped):
-            table[key] = value
+            if value is _ABSENT:
+                del table[key]
+            else:
+                table[key] = value
 
 
 def _compile_all(args, argv):
@@ -307,16 +316,20 @@ def check(target, limit, dim, registers, kernels, fp32_dot, aligned=False, recor
         dot = (f", dot {constexprs['DOT']}" if "DOT" in constexprs else "") + \
             (f", MODE {constexprs['MODE']}" if "MODE" in constexprs else "") + \
             "".join(f", {flag}" for flag in ("STORE_G", "STORE_AZ") if constexprs.get(flag))
+        options = dict(num_warps=num_warps, num_stages=num_stages)
+        if kernel is ck.chunk_gdn2_fwd_intra_kernel and "maxnreg" in ck.INTRA_TILES:     # as _launch_intra does
+            options["maxnreg"] = ck.INTRA_TILES["maxnreg"]
+            dot += f", maxnreg {options['maxnreg']}"
         start = time.monotonic()
         compiled += 1
         launch = dict(arch=arch, K=dim, V=dim, kernel=name, inputs=inputs, bf16_pointers=list(bf16),
-                      constexprs=constexprs, num_warps=num_warps, num_stages=num_stages)    # what --out records
+                      constexprs=constexprs, **options)                                   # what --out records
         try:
             types = signature(kernel, bf16)
             attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(kernel.arg_names)
                      if types[name].startswith("*")} if aligned else None
             binary = triton.compile(triton.compiler.ASTSource(kernel, types, constexprs, attrs),
-                                    target=target, options=dict(num_warps=num_warps, num_stages=num_stages))
+                                    target=target, options=options)
         except Exception as err:                  # a compile error: report it, go on with the others
             failures += 1
             error = f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:300]}"
