@@ -239,11 +239,13 @@ def main(argv=None):
         return run_matrix(args, argv)
 
 
-def run_matrix(args, argv):
-    """The run of main's parsed arguments: every chosen case, written to args.out; 1 if one of ours failed."""
-    if not torch.cuda.is_available():
-        raise SystemExit("gpu_test_matrix needs a CUDA device")
-    device = torch.device("cuda")
+def run_matrix(args, argv, device=None):
+    """The run of main's parsed arguments: every chosen case, written to args.out; 1 if one of ours failed.
+    ``device`` None is the GPU, which the tool needs; a test passes the CPU, where the interpreter runs."""
+    if device is None:
+        if not torch.cuda.is_available():
+            raise SystemExit("gpu_test_matrix needs a CUDA device")
+        device = torch.device("cuda")
     fla = _fla_ops() if args.fla else None
     if isinstance(fla, str):
         raise SystemExit(f"--fla: FLA is {fla}")

@@ -1,0 +1,59 @@
+"""tools/gpu_test_matrix.py's run on one small case in the Triton interpreter: what it writes for the recompute
+modes against the default (the H200 record's "vs_default"), and what it writes when the default cannot run.
+The cases of the H200 matrix and its pass rule are tested at interpreter sizes in test_gate_paths.py."""
+
+import argparse
+import json
+import sys
+
+import pytest
+import torch
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "tools"))
+import gpu_test_matrix as matrix  # noqa: E402
+
+# the interpreter's numpy warns of the infinities of the midpoint launch on flagged chunks, which the second
+# launch redoes (as in test_gate_paths.py)
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+def run(tmp_path, monkeypatch):
+    """run_matrix with --recompute-modes on one float32 case (g = -12 on every token: both intra paths), on the
+    CPU; (exit status, the case's results)."""
+    monkeypatch.setattr(matrix, "CASES", [matrix.extreme("every token -12", "fp32", T=70, H=1, K=16, V=16)])
+    args = argparse.Namespace(out=tmp_path / "matrix.json", fla=False, fla_dtype="", fla_dim="",
+                              fp32_intermediates=False, recompute_modes=True, commit="test", budget=600.0,
+                              skip_large=True, cases=None)
+    status = matrix.run_matrix(args, [], device=torch.device("cpu"))
+    return status, json.loads(args.out.read_text())["cases"][0]["results"]
+
+
+def test_each_recompute_mode_is_compared_with_the_default(tmp_path, monkeypatch):
+    status, results = run(tmp_path, monkeypatch)
+    assert status == 0 and set(results) == {"gdn2edu", *matrix.RECOMPUTE_MODES}
+    for mode in matrix.RECOMPUTE_MODES:
+        assert set(results[mode]) == set(matrix.TOLERANCE)
+        assert all(v["passed"] for v in results[mode].values())
+        # Chapter 10: the interpreter gives the three modes the same outputs and gradients, bit for bit
+        assert all(v["vs_default"] == 0 for v in results[mode].values()), results[mode]
+    assert all("vs_default" not in v for v in results["gdn2edu"].values())
+
+
+def test_modes_are_not_compared_when_the_default_did_not_run(tmp_path, monkeypatch):
+    real = matrix.implementations
+
+    def broken_default(*args, **kwargs):
+        impls = real(*args, **kwargs)
+        _, setting = impls["gdn2edu"]
+
+        def fails(*_, **__):
+            raise RuntimeError("the default's launch failed")
+
+        return {**impls, "gdn2edu": (fails, setting)}
+
+    monkeypatch.setattr(matrix, "implementations", broken_default)
+    status, results = run(tmp_path, monkeypatch)
+    assert status == 1 and results["gdn2edu"] == {"error": "RuntimeError: the default's launch failed"}
+    for mode in matrix.RECOMPUTE_MODES:
+        assert all(v["passed"] and v["vs_default"] is None for v in results[mode].values())
