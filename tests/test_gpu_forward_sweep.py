@@ -31,3 +31,9 @@ def test_every_candidate_sets_only_keys_its_launch_reads():
         optional = {"maxnreg"} if table == "INTRA_TILES" else set()
         assert all(shipped <= set(c) <= shipped | optional for c in candidates), table
         assert len({tuple(sorted(c.items())) for c in candidates}) == len(candidates), table   # no repeats
+
+
+def test_every_register_cap_tried_has_its_compile_record():
+    """Chapter 11 reads what each cap costs in spills from results/compile_intra_rows_maxnreg*.json."""
+    caps = {c["maxnreg"] for c in sweep.CANDIDATES["INTRA_TILES"] if "maxnreg" in c}
+    assert caps and all((ROOT / "results" / f"compile_intra_rows_maxnreg{cap}.json").exists() for cap in caps)

@@ -14,8 +14,9 @@ sys.path.insert(0, str(ROOT / "tools"))
 import gpu_test_matrix as matrix  # noqa: E402
 
 # the interpreter's numpy warns of the infinities of the midpoint launch on flagged chunks, which the second
-# launch redoes (as in test_gate_paths.py)
-pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+# launch redoes (as in test_gate_paths.py); with a GPU the kernels do not run on CPU tensors
+pytestmark = [pytest.mark.filterwarnings("ignore::RuntimeWarning"),
+              pytest.mark.skipif(torch.cuda.is_available(), reason="runs the kernels in Triton's interpreter")]
 
 
 def run(tmp_path, monkeypatch):
@@ -25,8 +26,10 @@ def run(tmp_path, monkeypatch):
     args = argparse.Namespace(out=tmp_path / "matrix.json", fla=False, fla_dtype="", fla_dim="",
                               fp32_intermediates=False, recompute_modes=True, commit="test", budget=600.0,
                               skip_large=True, cases=None)
-    status = matrix.run_matrix(args, [], device=torch.device("cpu"))
-    return status, json.loads(args.out.read_text())["cases"][0]["results"]
+    status = matrix.run_matrix(args, ["--recompute-modes"], device=torch.device("cpu"))
+    record = json.loads(args.out.read_text())
+    assert record["provenance"]["command"].endswith("gpu_test_matrix.py --recompute-modes")   # the argv given
+    return status, record["cases"][0]["results"]
 
 
 def test_each_recompute_mode_is_compared_with_the_default(tmp_path, monkeypatch):

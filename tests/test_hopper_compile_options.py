@@ -48,7 +48,8 @@ def test_launches_take_the_float32_precision(root):
                                            ("--kernels", f"{KERNEL},nothing"), ("--fp32-dot", "tf16"),
                                            ("--arch", "sm_70"), ("--dim", "64"), ("--tile", "INTRA_TILES.BK"),
                                            ("--tile", "NO_TILES.BK=16"), ("--tile", "INTRA_TILES.width=16"),
-                                           ("--tile", "MID_LIMIT.BK=16"), ("--tile", "WY_TILES.maxnreg=168")])
+                                           ("--tile", "MID_LIMIT.BK=16"), ("--tile", "WY_TILES.maxnreg=168"),
+                                           ("--tile", "INTRA_TILES.maxnreg=0"), ("--tile", "INTRA_TILES.maxnreg=256")])
 def test_unknown_values_are_refused_by_name(root, option, value):
     result = run_tool(root, option, value)
     assert result.returncode == 2 and f"argument {option}" in result.stderr, result.stderr[-3000:]
@@ -148,12 +149,14 @@ def test_tile_settings_are_restored_after_main(root):
 
 def test_a_register_cap_on_the_intra_kernel_is_compiled_recorded_and_removed_after(root, tmp_path):
     """INTRA_TILES may carry "maxnreg", which the intra launch hands to Triton: --tile INTRA_TILES.maxnreg=N
-    compiles every intra launch within N registers and records N, and main leaves the table without the key."""
+    compiles every intra launch within N registers and records N (the last of two given), and main leaves the
+    table without the key."""
     out = tmp_path / "capped.json"
     code = ("import sys; sys.path.insert(0, 'tools'); import hopper_compile_check as h\n"
             "from gdn2edu import chunk_kernels as ck\n"
             "status = h.main(['--arch', 'sm_90', '--dim', '128', '--kernels', 'chunk_gdn2_fwd_intra_kernel', "
-            f"'--aligned', '--tile', 'INTRA_TILES.maxnreg=168', '--out', '{out}'])\n"
+            f"'--aligned', '--tile', 'INTRA_TILES.maxnreg=200', '--tile', 'INTRA_TILES.maxnreg=168', '--out', "
+            f"'{out}'])\n"
             "print(status, 'maxnreg' in ck.INTRA_TILES)")
     result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -250,7 +250,8 @@ def run_matrix(args, argv, device=None):
     if isinstance(fla, str):
         raise SystemExit(f"--fla: FLA is {fla}")
     impls = implementations(fla and fla["chunk"], args.fp32_intermediates, args.recompute_modes)
-    result = {"provenance": provenance(device, args.commit, argv or sys.argv[1:], "python tools/gpu_test_matrix.py"),
+    argv = sys.argv[1:] if argv is None else argv
+    result = {"provenance": provenance(device, args.commit, argv, "python tools/gpu_test_matrix.py"),
               "tolerance": TOLERANCE, "fp32_dot": chunk_kernels.FLOAT32_DOT, "cases": [], "offsets_past_int32": None}
     start = time.monotonic()
     chosen = args.cases or list(range(1, len(CASES) + 1))

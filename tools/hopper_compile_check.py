@@ -217,13 +217,17 @@ _ABSENT = object()
 
 def _tile_setting(parser, text):
     """(table dict, key, int value) from "TABLE.KEY=VALUE", TABLE one of tile_tables() and KEY one of its
-    entries or of its OPTIONAL_TILE_KEYS; anything else is a parser error."""
+    entries or of its OPTIONAL_TILE_KEYS; anything else is a parser error. A register cap must lie in 1..255,
+    the registers a thread may have."""
     name, _, rest = text.partition(".")
     key, _, value = rest.partition("=")
     table = tile_tables().get(name)
     if table is None or key not in (*table, *OPTIONAL_TILE_KEYS.get(name, ())) or not value.isdigit():
+        optional = ", ".join(f"{t}.{k}" for t, keys in OPTIONAL_TILE_KEYS.items() for k in keys)
         parser.error(f"argument --tile: expected TABLE.KEY=INTEGER with TABLE a *_TILES table of chunk_kernels or "
-                     f"chunk_backward_kernels and KEY one of its entries (or {OPTIONAL_TILE_KEYS}), got {text!r}")
+                     f"chunk_backward_kernels and KEY one of its entries (or {optional}), got {text!r}")
+    if key == "maxnreg" and not 1 <= int(value) <= 255:
+        parser.error(f"argument --tile: a register cap must lie in 1..255, got {text!r}")
     return table, key, int(value)
 
 
@@ -267,7 +271,7 @@ def main(argv=None):
     finally:                                   # the shipped tables back, for a caller in the same process
         for table, key, value in reversed(shipped):
             if value is _ABSENT:
-                del table[key]
+                table.pop(key, None)           # given twice, the key is already gone
             else:
                 table[key] = value
 
@@ -313,13 +317,14 @@ def check(target, limit, dim, registers, kernels, fp32_dot, aligned=False, recor
         if name not in kernels or (limit < ck.FLOAT32_SHARED_MEMORY and "DOT" in constexprs and not bf16):
             continue
         inputs = inputs_label(constexprs, bf16)
-        dot = (f", dot {constexprs['DOT']}" if "DOT" in constexprs else "") + \
+        label = (f", dot {constexprs['DOT']}" if "DOT" in constexprs else "") + \
             (f", MODE {constexprs['MODE']}" if "MODE" in constexprs else "") + \
             "".join(f", {flag}" for flag in ("STORE_G", "STORE_AZ") if constexprs.get(flag))
         options = dict(num_warps=num_warps, num_stages=num_stages)
-        if kernel is ck.chunk_gdn2_fwd_intra_kernel and "maxnreg" in ck.INTRA_TILES:     # as _launch_intra does
+        # OPTIONAL_TILE_KEYS' one entry: the register cap that _launch_intra hands to Triton when INTRA_TILES has it
+        if kernel is ck.chunk_gdn2_fwd_intra_kernel and "maxnreg" in ck.INTRA_TILES:
             options["maxnreg"] = ck.INTRA_TILES["maxnreg"]
-            dot += f", maxnreg {options['maxnreg']}"
+            label += f", maxnreg {options['maxnreg']}"
         start = time.monotonic()
         compiled += 1
         launch = dict(arch=arch, K=dim, V=dim, kernel=name, inputs=inputs, bf16_pointers=list(bf16),
@@ -333,7 +338,7 @@ def check(target, limit, dim, registers, kernels, fp32_dot, aligned=False, recor
         except Exception as err:                  # a compile error: report it, go on with the others
             failures += 1
             error = f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:300]}"
-            print(f"FAIL {name} ({inputs}{dot}): {error}")
+            print(f"FAIL {name} ({inputs}{label}): {error}")
             if records is not None:
                 records.append(dict(launch, ok=False, error=error))
             continue
@@ -341,7 +346,7 @@ def check(target, limit, dim, registers, kernels, fp32_dot, aligned=False, recor
         fits = shared <= limit
         failures += not fits
         usage = resource_usage(binary.asm["cubin"]) if registers or records is not None else None
-        print(f"{'ok  ' if fits else 'FAIL'} {name} ({inputs}{dot}, warps {num_warps}, stages {num_stages}): "
+        print(f"{'ok  ' if fits else 'FAIL'} {name} ({inputs}{label}, warps {num_warps}, stages {num_stages}): "
               f"shared memory {shared} of {limit} bytes, compiled in {time.monotonic() - start:.1f} s"
               + (f", {usage_text(usage)}" if registers else ""))
         if records is not None:
