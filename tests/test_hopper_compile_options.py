@@ -165,3 +165,30 @@ def test_a_register_cap_on_the_intra_kernel_is_compiled_recorded_and_removed_aft
     assert record["tiles"]["INTRA_TILES"]["maxnreg"] == 168
     assert len(record["launches"]) == 6 and all(x["maxnreg"] == 168 and 0 < x["registers"] <= 168
                                                 for x in record["launches"]), record["launches"]
+
+
+@pytest.mark.parametrize("K", [128, 256])
+def test_the_forward_scan_is_compiled_as_chunk_gdn2_launches_it(root, K):
+    """launches() must mirror the host code: the 16-bit forward scan's key block, warps and stages as _scan_states
+    passes them (one stage past K = 128), read from a fake kernel that records the launch."""
+    code = ("import os; os.environ['TRITON_INTERPRET'] = '1'\n"
+            "import sys; sys.path.insert(0, 'tools'); import torch\n"
+            "import hopper_compile_check as h\n"
+            "from gdn2edu import chunk_kernels as ck\n"
+            "seen = []\n"
+            "class Fake:\n"
+            "    def __getitem__(self, grid):\n"
+            "        return lambda *a, **kw: seen.append(kw)\n"
+            "ck.chunk_gdn2_fwd_scan_kernel = Fake()\n"
+            "os.environ['TRITON_INTERPRET'] = '1'      # the tool turns it off to compile; _plan asks for it\n"
+            f"K = {K}\n"
+            "x = [torch.rand(1, 64, 1, K).half() for _ in range(6)]\n"
+            "p = ck._plan(*x, None, None, None, False, None)\n"
+            "f = dict(AE=x[0], AZ=x[2], KG=x[1], GN=torch.rand(1, 1, K))\n"
+            "ck._scan_states(f, None, False, p)\n"
+            "launch = [(c['BK'], w, s) for k, c, w, s, bf16 in h.launches(K, K)\n"
+            "          if k is ck.chunk_gdn2_fwd_scan_kernel and bf16]\n"
+            "print(launch == [(seen[0]['BK'], seen[0]['num_warps'], seen[0]['num_stages'])], launch, seen[0]['BK'])")
+    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split()[0] == "True", result.stdout

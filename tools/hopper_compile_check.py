@@ -121,7 +121,7 @@ def launches(K, V, fp32_dot=None):
                                              STORE_FINAL_STATE=True, DOT=f32), scan["num_warps"], 1, ()),
         (ck.chunk_gdn2_fwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=fscan_bv, USE_INITIAL_STATE=True,
                                              STORE_FINAL_STATE=True, DOT="tf32"),
-         scan["num_warps"], scan["num_stages"], ("AE", "AZ", "KG", "h", "R")),
+         scan["num_warps"], scan["num_stages"] if K <= 128 else 1, ("AE", "AZ", "KG", "h", "R")),   # as launched
         *((ck.chunk_gdn2_fwd_output_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=ck._output_value_block(K, V),
                                                  DOT=dot), out["num_warps"], 2, pointers)
           for dot, pointers in ((f32, ()), ("tf32", ("QG", "h", "Aqk", "R", "o")))),
