@@ -19,6 +19,14 @@ def run_tool(root, *args):
     return subprocess.run([sys.executable, TOOL, *args], cwd=root, capture_output=True, text=True, timeout=300)
 
 
+def run_code(root, code, timeout=300):
+    """Run Python ``code`` in a fresh process at the repository root (the tool sets TRITON_INTERPRET when it is
+    imported); its stdout, after asserting that it exited cleanly."""
+    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
 def test_a_subset_compiles_only_what_was_asked(root):
     result = run_tool(root, "--registers", "--arch", "sm_90", "--dim", "128", "--kernels", KERNEL,
                       "--fp32-dot", "tf32")
@@ -38,10 +46,9 @@ def test_launches_take_the_float32_precision(root):
             "for dot in (None, 'tf32x3'):\n"
             "    got = {(bool(bf16), c['DOT']) for _, c, _, _, bf16 in h.launches(128, 128, dot) if 'DOT' in c}\n"
             "    print(sorted(got) == [(False, dot or ck.FLOAT32_DOT), (True, 'tf32')], ck.FLOAT32_DOT)")
-    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    shipped, *rest = result.stdout.split()
-    assert shipped != "tf32x3" and rest == ["True", shipped, "True", shipped], result.stdout
+    stdout = run_code(root, code)
+    shipped, *rest = stdout.split()
+    assert shipped != "tf32x3" and rest == ["True", shipped, "True", shipped], stdout
 
 
 @pytest.mark.parametrize("option, value", [("--kernels", "chunk_gdn2_fwd_nothing_kernel"),
@@ -95,9 +102,8 @@ def test_the_float16_check_launches_are_labelled_as_such(root):
     code = ("import sys; sys.path.insert(0, 'tools'); import hopper_compile_check as h\n"
             "print(sorted(h.inputs_label(c, bf16) for k, c, _, _, bf16 in h.launches(128, 128)\n"
             "             if k.fn.__name__ == 'chunk_gdn2_fwd_intra_kernel'))")
-    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip() == str(sorted(["float32", "bf16", "float16 check on bf16 pointers"] * 2))
+    stdout = run_code(root, code)
+    assert stdout.strip() == str(sorted(["float32", "bf16", "float16 check on bf16 pointers"] * 2))
 
 
 def test_a_tile_setting_is_compiled_and_recorded(root, tmp_path):
@@ -126,11 +132,9 @@ def test_the_16_bit_pointer_lists_follow_the_stored_types(root):
                 "for k, c, _, _, bf16 in h.launches(128, 128):\n"
                 "    if 'Aqk' in [p.name for p in k.params] and bf16:\n"
                 "        print(k.fn.__name__, 'Aqk' in bf16, 'A' in bf16)")
-    results = [subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
-               for code in (stored, pointers)]
-    assert all(r.returncode == 0 for r in results), [r.stderr[-3000:] for r in results]
-    assert results[0].stdout.split() == ["torch.float16", "torch.float32"], results[0].stdout
-    lines = set(results[1].stdout.splitlines())
+    stored_out, pointers_out = (run_code(root, code) for code in (stored, pointers))
+    assert stored_out.split() == ["torch.float16", "torch.float32"], stored_out
+    lines = set(pointers_out.splitlines())
     assert lines == {f"{name} True False" for name in ("chunk_gdn2_fwd_intra_kernel", "chunk_gdn2_fwd_output_kernel",
                                                        "chunk_gdn2_bwd_scan_kernel")}, lines
 
@@ -142,9 +146,8 @@ def test_tile_settings_are_restored_after_main(root):
             "shipped = dict(ck.OUTPUT_TILES)\n"
             f"status = h.main(['--arch', 'sm_90', '--dim', '128', '--kernels', '{KERNEL}', '--tile', 'OUTPUT_TILES.BV=32'])\n"
             "print(status, ck.OUTPUT_TILES == shipped, shipped['BV'] != 32)")
-    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.splitlines()[-1] == "0 True True", result.stdout
+    stdout = run_code(root, code)
+    assert stdout.splitlines()[-1] == "0 True True", stdout
 
 
 def test_a_register_cap_on_the_intra_kernel_is_compiled_recorded_and_removed_after(root, tmp_path):
@@ -158,9 +161,8 @@ def test_a_register_cap_on_the_intra_kernel_is_compiled_recorded_and_removed_aft
             f"'--aligned', '--tile', 'INTRA_TILES.maxnreg=200', '--tile', 'INTRA_TILES.maxnreg=168', '--out', "
             f"'{out}'])\n"
             "print(status, 'maxnreg' in ck.INTRA_TILES)")
-    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.splitlines()[-1] == "0 False", result.stdout
+    stdout = run_code(root, code, timeout=600)
+    assert stdout.splitlines()[-1] == "0 False", stdout
     record = json.loads(out.read_text())
     assert record["tiles"]["INTRA_TILES"]["maxnreg"] == 168
     assert len(record["launches"]) == 6 and all(x["maxnreg"] == 168 and 0 < x["registers"] <= 168
@@ -189,6 +191,5 @@ def test_the_forward_scan_is_compiled_as_chunk_gdn2_launches_it(root, K):
             "launch = [(c['BK'], w, s) for k, c, w, s, bf16 in h.launches(K, K)\n"
             "          if k is ck.chunk_gdn2_fwd_scan_kernel and bf16]\n"
             "print(launch == [(seen[0]['BK'], seen[0]['num_warps'], seen[0]['num_stages'])], launch, seen[0]['BK'])")
-    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.split()[0] == "True", result.stdout
+    stdout = run_code(root, code)
+    assert stdout.split()[0] == "True", stdout
