@@ -710,12 +710,13 @@ def warmup_outcome(warmup):
     "finished" (it exited on its own), "stopped_during" (the measurement its time budget or time limit cut short,
     or None), "skipped" (the measurements it then left out; empty after a time limit, which leaves no list) and
     "text", a phrase that says so. An entry that is not a warm-up's is a ValueError."""
-    if warmup.get("role") != "warm-up":
-        raise ValueError(f"not a warm-up process entry: role {warmup.get('role')!r}")
+    if not isinstance(warmup, dict) or warmup.get("role") != "warm-up":
+        role = warmup.get("role") if isinstance(warmup, dict) else type(warmup).__name__
+        raise ValueError(f"warmup is not a warm-up process entry (a dict with role 'warm-up'), got {role!r}")
     if warmup["status"] == "ok":
         skipped = warmup["result"]["skipped"]
         if skipped and not skipped[0].endswith(" (interrupted)"):
-            raise ValueError(f"the first skipped measurement should be the interrupted one, got {skipped[0]!r}")
+            raise ValueError(f"warmup's first skipped measurement should be the interrupted one, got {skipped[0]!r}")
         stopped = skipped[0].removesuffix(" (interrupted)") if skipped else None
         text = "finished" if not skipped else (f"finished, but its time budget ran out during {stopped} and it "
                                                f"skipped {len(skipped)} of its measurements")
@@ -725,7 +726,8 @@ def warmup_outcome(warmup):
         stopped = tail[-1].split("  ")[-1].strip() if tail else None        # its last progress line
         text = "ran out of its time limit" + (f" (its progress stopped at {stopped})" if stopped else "")
         return {"finished": False, "stopped_during": stopped, "skipped": [], "text": text}
-    raise ValueError(f"unexpected warm-up status {warmup['status']!r}")
+    raise ValueError(f"warmup has an unexpected warm-up status {warmup['status']!r}: expected 'ok' or "
+                     "'failed: did not finish ...'")
 
 
 def _run_child(command, out, limit, env):

@@ -410,3 +410,8 @@ def test_warmup_outcome_reads_each_way_a_warm_up_ends():
         bench.warmup_outcome({"role": "warm-up", "status": "ok", "result": {"skipped": ["decode B=1 fla"]}})
     with pytest.raises(ValueError, match="unexpected warm-up status"):
         bench.warmup_outcome(dict(finished, status="crashed"))
+
+
+def test_warmup_outcome_names_its_argument_on_an_entry_that_is_not_a_dict():
+    with pytest.raises(ValueError, match="warmup is not a warm-up process entry.*'NoneType'"):
+        bench.warmup_outcome(None)

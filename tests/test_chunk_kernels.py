@@ -175,8 +175,7 @@ def test_kernel_settings_refuses_bad_values_by_name(overrides, message):
 def test_intra_launch_passes_a_register_cap_only_when_the_table_has_one(monkeypatch):
     """INTRA_TILES may carry "maxnreg" (a sweep tries it): the launch hands it to Triton, and None without it.
     The interpreter ignores the option, so a fake kernel records what the launch passes."""
-    from gdn2edu import chunk_kernels as ck
-
+    ck = chunk_kernels
     seen = []
 
     class FakeKernel:
