@@ -2,6 +2,7 @@
 refusal to run without a GPU (the counters themselves need one: Chapter 11 reads the H200 record)."""
 
 import argparse
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,12 @@ def test_details_are_grouped_per_launch_in_order_with_numbers_parsed():
         row(0, "chunk_gdn2_fwd_intra_kernel", "Launch Statistics", "Shared Memory Configuration Size", "Kbyte",
             "16.38"),                                                  # not in METRICS: dropped
         row(1, "chunk_gdn2_fwd_wy_kernel", "Occupancy", "Block Limit Registers", "block", "n/a"),
+        row(0, "chunk_gdn2_fwd_intra_kernel", "Command line profiler metrics",
+            "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio", "", "3.25"),
+        row(0, "chunk_gdn2_fwd_intra_kernel", "Command line profiler metrics",
+            "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio", "", "1,204.5"),
+        row(0, "chunk_gdn2_fwd_intra_kernel", "Command line profiler metrics",
+            "smsp__average_warps_issue_stalled_wait_per_warp_active.pct", "%", "9"),   # another metric: dropped
     ])
     launches = counters.parse_details(text)
     assert [x["kernel"] for x in launches] == ["chunk_gdn2_fwd_intra_kernel", "chunk_gdn2_fwd_wy_kernel"]
@@ -42,6 +49,14 @@ def test_details_are_grouped_per_launch_in_order_with_numbers_parsed():
                      "Registers Per Thread": {"unit": "register/thread", "value": 255.0}}
     assert wy["Theoretical Occupancy"] == {"unit": "%", "value": 12.5}
     assert wy["Block Limit Registers"]["value"] == "n/a"                 # not a number: kept as printed
+    assert launches[0]["stalls"] == {"long_scoreboard": 3.25, "wait": 1204.5} and launches[1]["stalls"] == {}
+
+
+def test_the_stall_pattern_matches_the_stall_metrics_and_no_other():
+    pattern = re.compile(counters.STALL_METRICS.removeprefix("regex:"))
+    assert pattern.match("smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio")
+    assert not pattern.match("smsp__average_warps_issue_stalled_short_scoreboard_per_issue_activeXratio")
+    assert not pattern.match("smsp__average_warps_issue_stalled_wait_per_warp_active.pct")
 
 
 def test_output_without_a_csv_header_is_an_error():

@@ -1,6 +1,6 @@
 """Hardware counters of the chunked forward's kernels on a GPU, read by NVIDIA Nsight Compute (``ncu``): occupancy
 and what limits it, registers and shared memory per block, how often a scheduler finds a warp ready to issue,
-throughput against the device's peaks; JSON with provenance.
+throughput against the device's peaks, and why warps were not issued (the stall reasons); JSON with provenance.
 
     python tools/gpu_kernel_counters.py --out results/h200_forward_counters.json [--commit SHA]
         [--shape B,T,H]   (default 1,8192,16; bf16, K = V = 128, chunk_kernels.baseline_inputs)
@@ -30,6 +30,10 @@ METRICS = ("Duration", "Registers Per Thread", "Block Size", "Grid Size", "Dynam
            "Block Limit Shared Mem", "Block Limit Warps", "Issued Warp Per Scheduler", "No Eligible",
            "Eligible Warps Per Scheduler", "Warp Cycles Per Issued Instruction", "Compute (SM) Throughput",
            "Memory Throughput", "DRAM Throughput")
+# why warps wait: per stall reason, the average number of warps held by it per issued instruction (they add up to
+# the cycles per issued instruction, "selected" being the issuing warp's own cycle), requested by name pattern
+STALL_PREFIX, STALL_SUFFIX = "smsp__average_warps_issue_stalled_", "_per_issue_active.ratio"
+STALL_METRICS = rf"regex:^{STALL_PREFIX}.*{STALL_SUFFIX.replace('.', '[.]')}$"
 KERNEL_PREFIX = "chunk_gdn2_fwd_"          # the forward's kernels: intra, wy, scan, output
 LAUNCHES_PER_FORWARD = 5                   # intra twice (modes 1 and 2), wy, scan, output
 FORWARDS = 3                               # the last one is recorded
@@ -49,23 +53,29 @@ def shape_arg(text):
 def parse_details(text):
     """Nsight Compute's ``--csv --page details`` output -> [{"kernel", "id", "metrics": {name: {"unit", "value"}}}]
     per launch, in launch order, with the metrics of METRICS; values as floats where they are numbers (thousands
-    separators dropped), else as printed. Lines before the CSV header (the tool's own messages) are skipped."""
+    separators dropped), else as printed. The stall metrics go to "stalls": {reason: warps per issued instruction}.
+    Lines before the CSV header (the tool's own messages) are skipped."""
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
     if start is None:
         raise ValueError("no CSV header (a line starting with \"ID\") in the Nsight Compute output")
     launches = {}
     for row in csv.DictReader(io.StringIO("\n".join(lines[start:]))):
-        if row.get("Metric Name") not in METRICS:
+        name = row.get("Metric Name") or ""
+        stall = name.startswith(STALL_PREFIX) and name.endswith(STALL_SUFFIX)
+        if name not in METRICS and not stall:
             continue
         launch = launches.setdefault(int(row["ID"]), {"kernel": row["Kernel Name"].split("(")[0].strip(),
-                                                      "id": int(row["ID"]), "metrics": {}})
+                                                      "id": int(row["ID"]), "metrics": {}, "stalls": {}})
         value = row["Metric Value"].replace(",", "")
         try:
             value = float(value)
         except ValueError:
             value = row["Metric Value"]
-        launch["metrics"][row["Metric Name"]] = {"unit": row["Metric Unit"], "value": value}
+        if stall:
+            launch["stalls"][name.removeprefix(STALL_PREFIX).removesuffix(STALL_SUFFIX)] = value
+        else:
+            launch["metrics"][name] = {"unit": row["Metric Unit"], "value": value}
     return [launches[i] for i in sorted(launches)]
 
 
@@ -113,6 +123,7 @@ def main(argv=None):
         command = [ncu, "--clock-control", "none", "--csv", "--page", "details", "--log-file", str(log),
                    "-k", f"regex:{KERNEL_PREFIX}", "-s", str((FORWARDS - 1) * LAUNCHES_PER_FORWARD),
                    "-c", str(LAUNCHES_PER_FORWARD), *(a for s in SECTIONS for a in ("--section", s)),
+                   "--metrics", STALL_METRICS,
                    sys.executable, str(Path(__file__).resolve()), "--target", "--shape",
                    ",".join(map(str, args.shape))]
         done = subprocess.run(command, capture_output=True, text=True)
@@ -129,14 +140,15 @@ def main(argv=None):
     record = {"provenance": provenance("cuda", args.commit, argv, program="python tools/gpu_kernel_counters.py"),
               "ncu": version, "ncu_command": ["<log file>" if a == str(log) else a for a in command[1:]],
               "shape": list(args.shape), "K": inputs["K"], "V": inputs["V"], "dtype": dtype,
-              "sections": list(SECTIONS), "launches": launches}
+              "sections": list(SECTIONS), "stall_metrics": STALL_METRICS, "launches": launches}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n")
     for x in launches:
         m = x["metrics"]
         print(f"{x['kernel']:32s} " + "  ".join(f"{name} {m[name]['value']}" for name in
                                                   ("Duration", "Registers Per Thread", "Theoretical Occupancy",
-                                                   "No Eligible") if name in m))
+                                                   "No Eligible") if name in m)
+              + "  stalls: " + ", ".join(f"{r} {v:.2f}" for r, v in sorted(x["stalls"].items(), key=lambda i: -i[1])[:4]))
 
 
 if __name__ == "__main__":
