@@ -117,10 +117,12 @@ def launches(K, V, fp32_dot=None):
                                              STORE_AZ=store_AZ, DOT=dot), t["num_warps"], 2, pointers)
           for dot, pointers in ((f32, ()), ("tf32", WY_BF16))
           for store_G, store_AZ, t in ((False, True, wy), (True, False, bwy), (True, True, wy))),
-        (ck.chunk_gdn2_fwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=fscan_bv, USE_INITIAL_STATE=True,
-                                             STORE_FINAL_STATE=True, DOT=f32), scan["num_warps"], 1, ()),
-        (ck.chunk_gdn2_fwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=fscan_bv, USE_INITIAL_STATE=True,
-                                             STORE_FINAL_STATE=True, DOT="tf32"),
+        # the forward scan holds its state in key blocks of at most 64 rows, as _scan_states launches it
+        (ck.chunk_gdn2_fwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=ck._block_width(K, 64), BV=fscan_bv,
+                                             USE_INITIAL_STATE=True, STORE_FINAL_STATE=True, DOT=f32),
+         scan["num_warps"], 1, ()),
+        (ck.chunk_gdn2_fwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=ck._block_width(K, 64), BV=fscan_bv,
+                                             USE_INITIAL_STATE=True, STORE_FINAL_STATE=True, DOT="tf32"),
          scan["num_warps"], scan["num_stages"] if K <= 128 else 1, ("AE", "AZ", "KG", "h", "R")),   # as launched
         *((ck.chunk_gdn2_fwd_output_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=ck._output_value_block(K, V),
                                                  DOT=dot), out["num_warps"], 2, pointers)
