@@ -396,7 +396,7 @@ def _run_step(step, seconds):
 
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-PARTS = ("checks", "ceilings", "forward", "decode", "breakdown", "backward_breakdown", "scaling")
+PARTS = ("checks", "ceilings", "forward", "decode", "breakdown", "backward_breakdown", "scaling", "launches")
 
 
 def build_parser():
@@ -586,6 +586,21 @@ def plan_benchmark(args, result):
             except Exception as err:
                 row["status"] = _status(err)
         steps.append((f"{key} {B}x{T}x{H}", step, None))
+    for B, T, H in shapes if "launches" in parts else ():
+        for name in impls:                   # every kernel a forward launches, by name: ours and FLA's alike
+            def step(B=B, T=T, H=H, name=name):
+                row = {"B": B, "T": T, "H": H, "K": K, "V": V, "impl": name}
+                result["launches"].append(row)
+                fn = built[name] if name in built else built.setdefault(name, chunk_implementation(name, device))
+                if isinstance(fn, str) or not gpu:
+                    row["status"] = fn if isinstance(fn, str) else "needs a GPU (the profiler's kernel times)"
+                    return
+                try:
+                    x = inputs(B, T, H)
+                    row.update(kernels_ms=kernel_times(lambda: fn(*x)), status="ok")
+                except Exception as err:
+                    row["status"] = _status(err)
+            steps.append((f"launches {B}x{T}x{H} {name}", step, None))
     for name in parts:
         if name in EXTENSION_PARTS:
             result[name] = []
@@ -607,7 +622,7 @@ def run_benchmark(argv=None):
     start = time.monotonic()
     result = {"provenance": provenance(args.device, args.commit, argv), "checks": [], "ceilings": None,
               "forward": [], "decode": [], "breakdown": [], "backward_breakdown": [], "scaling_T": [],
-              "scaling_BH": [], "skipped": []}
+              "scaling_BH": [], "launches": [], "skipped": []}
     steps = plan_benchmark(args, result)
 
     def save():
@@ -685,6 +700,29 @@ def summarize_processes(results):
                        for (part, *shape, pair), v in ratios.items()],
             "times": [{"impl": impl, **dict(zip(fields, shape)), "part": part, **_spread(v)}
                       for (impl, *shape, part), v in times.items()]}
+
+
+def launch_medians(processes):
+    """Per implementation and shape, every kernel's median time over processes from the "launches" rows of a
+    combined file's "processes" entries: {(impl, B, T, H): {kernel name: median ms}}, kernels sorted by time.
+    A kernel counts where its row is "ok" in every process that holds the row (a kernel some process did not see
+    would be timed by fewer processes: it is a ValueError, naming it)."""
+    rows = {}
+    for i, entry in enumerate(processes):
+        for r in (entry.get("result") or {}).get("launches", []):
+            if r.get("status") == "ok":
+                rows.setdefault((r["impl"], r["B"], r["T"], r["H"]), []).append((i, r["kernels_ms"]))
+    if not rows:
+        raise ValueError("the processes hold no 'ok' 'launches' rows")
+    medians = {}
+    for key, runs in rows.items():
+        names = set().union(*(k for _, k in runs))
+        partial = sorted(n for n in names if any(n not in k for _, k in runs))
+        if partial:
+            raise ValueError(f"{key}: kernels not seen by every process {[i for i, _ in runs]}: {partial}")
+        times = {n: statistics.median(k[n] for _, k in runs) for n in names}
+        medians[key] = dict(sorted(times.items(), key=lambda item: -item[1]))
+    return medians
 
 
 def kernel_medians(processes, part):
@@ -853,6 +891,9 @@ def format_tables(result):
                     continue
                 lines.append(f"{shape:>28} " + " ".join(f"{ms:8.3f}" for ms in r["kernels_ms"].values())
                              + f" {r['ms']:9.3f}")
+    for r in result.get("launches", []):
+        lines += ["", f"launches {r['B']}x{r['T']}x{r['H']} {r['impl']}: {r['status']}"]
+        lines += [f"{ms:10.4f} ms  {name}" for name, ms in r.get("kernels_ms", {}).items()]
     if result["skipped"]:
         lines += ["", "not measured, or interrupted (budget or time limit spent): " + "; ".join(result["skipped"])]
     return "\n".join(lines)

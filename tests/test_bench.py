@@ -388,6 +388,28 @@ def test_kernel_medians_takes_the_median_per_kernel_and_refuses_gaps():
         kernel_medians([process(1.0)], "backward_breakdown")
 
 
+def test_launch_medians_takes_each_kernels_median_and_refuses_a_kernel_some_process_missed():
+    def process(ms, extra=None, status="ok"):
+        kernels = {"a_kernel": ms, "b_kernel": 3 * ms, **(extra or {})}
+        return {"result": {"launches": [{"impl": "fla", "B": 1, "T": 64, "H": 2, "kernels_ms": kernels,
+                                         "status": status}]}}
+
+    medians = bench.launch_medians([process(1.0), process(3.0), process(2.0), process(9.0, status="failed")])
+    assert medians == {("fla", 1, 64, 2): {"b_kernel": 6.0, "a_kernel": 2.0}}
+    assert list(medians[("fla", 1, 64, 2)]) == ["b_kernel", "a_kernel"]          # the slowest first
+    with pytest.raises(ValueError, match=r"not seen by every process \[0, 1\]: \['c_kernel'\]"):
+        bench.launch_medians([process(1.0), process(1.0, {"c_kernel": 0.5})])
+    with pytest.raises(ValueError, match="no 'ok' 'launches' rows"):
+        bench.launch_medians([{"result": None}, process(1.0, status="failed")])
+
+
+def test_the_launches_part_on_the_cpu_says_it_needs_a_gpu_and_prints():
+    run = run_benchmark(["--device", "cpu", "--parts", "launches", "--impls", "torch", "--shapes", "1x64x1"])
+    assert [(r["impl"], r["status"]) for r in run["launches"]] == [("torch", "needs a GPU (the profiler's kernel "
+                                                                              "times)")]
+    assert "launches 1x64x1 torch: needs a GPU" in bench.format_tables(run)
+
+
 def test_warmup_outcome_reads_each_way_a_warm_up_ends():
     finished = {"role": "warm-up", "status": "ok", "result": {"skipped": []}}
     assert bench.warmup_outcome(finished) == {"finished": True, "stopped_during": None, "skipped": [],
