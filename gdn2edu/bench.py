@@ -746,17 +746,20 @@ def kernel_medians(processes, part):
 def warmup_outcome(warmup):
     """What a combined file's warm-up process ("warmup_process") did, for the chapters that quote it: a dict with
     "finished" (it exited on its own), "stopped_during" (the measurement its time budget or time limit cut short,
-    or None), "skipped" (the measurements it then left out; empty after a time limit, which leaves no list) and
-    "text", a phrase that says so. An entry that is not a warm-up's is a ValueError."""
+    or None: also where the budget ran out between two measurements), "skipped" (the measurements it left out;
+    empty after a time limit, which leaves no list) and "text", a phrase that says so. An entry that is not a
+    warm-up's is a ValueError."""
     if not isinstance(warmup, dict) or warmup.get("role") != "warm-up":
         role = warmup.get("role") if isinstance(warmup, dict) else type(warmup).__name__
         raise ValueError(f"warmup is not a warm-up process entry (a dict with role 'warm-up'), got {role!r}")
     if warmup["status"] == "ok":
-        skipped = warmup["result"]["skipped"]
-        if skipped and not skipped[0].endswith(" (interrupted)"):
-            raise ValueError(f"warmup's first skipped measurement should be the interrupted one, got {skipped[0]!r}")
-        stopped = skipped[0].removesuffix(" (interrupted)") if skipped else None
-        text = "finished" if not skipped else (f"finished, but its time budget ran out during {stopped} and it "
+        skipped = warmup["result"]["skipped"]          # an interrupted measurement can only be the first
+        if any(x.endswith(" (interrupted)") for x in skipped[1:]):
+            raise ValueError(f"warmup's skipped measurements have an interrupted one after the first: {skipped!r}")
+        cut = bool(skipped) and skipped[0].endswith(" (interrupted)")
+        stopped = skipped[0].removesuffix(" (interrupted)") if cut else None
+        when = f"during {stopped}" if cut else f"before {skipped[0]}" if skipped else ""
+        text = "finished" if not skipped else (f"finished, but its time budget ran out {when} and it "
                                                f"skipped {len(skipped)} of its measurements")
         return {"finished": True, "stopped_during": stopped, "skipped": skipped, "text": text}
     if warmup["status"].startswith("failed: did not finish"):

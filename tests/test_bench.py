@@ -428,8 +428,14 @@ def test_warmup_outcome_reads_each_way_a_warm_up_ends():
     assert bench.warmup_outcome(dict(limit, stderr_tail=None))["text"] == "ran out of its time limit"
     with pytest.raises(ValueError, match="not a warm-up"):
         bench.warmup_outcome(dict(finished, role="measured"))
-    with pytest.raises(ValueError, match="interrupted one"):
-        bench.warmup_outcome({"role": "warm-up", "status": "ok", "result": {"skipped": ["decode B=1 fla"]}})
+    between = bench.warmup_outcome({"role": "warm-up", "status": "ok",            # out of budget between steps
+                                    "result": {"skipped": ["decode B=1 fla", "decode B=64 fla"]}})
+    assert between["finished"] and between["stopped_during"] is None
+    assert between["text"] == "finished, but its time budget ran out before decode B=1 fla and it skipped 2 of its " \
+                              "measurements"
+    with pytest.raises(ValueError, match="interrupted one after the first"):
+        bench.warmup_outcome({"role": "warm-up", "status": "ok",
+                              "result": {"skipped": ["decode B=1 fla", "decode B=64 fla (interrupted)"]}})
     with pytest.raises(ValueError, match="unexpected warm-up status"):
         bench.warmup_outcome(dict(finished, status="crashed"))
 
