@@ -598,9 +598,15 @@ def plan_benchmark(args, result):
                 try:
                     x = inputs(B, T, H)
                     row.update(kernels_ms=kernel_times(lambda: fn(*x)), status="ok")
+                except _OutOfTime:
+                    row["status"] = "failed: did not finish in its time limit"
+                    raise
                 except Exception as err:
                     row["status"] = _status(err)
-            steps.append((f"launches {B}x{T}x{H} {name}", step, None))
+            if name == "torch_compile":       # a compile per shape: last, under --compile-timeout, as above
+                compile_steps.append((f"launches {B}x{T}x{H} {name}", step, args.compile_timeout))
+            else:
+                steps.append((f"launches {B}x{T}x{H} {name}", step, None))
     for name in parts:
         if name in EXTENSION_PARTS:
             result[name] = []
@@ -705,22 +711,24 @@ def summarize_processes(results):
 def launch_medians(processes):
     """Per implementation and shape, every kernel's median time over processes from the "launches" rows of a
     combined file's "processes" entries: {(impl, B, T, H): {kernel name: median ms}}, kernels sorted by time.
-    A kernel counts where its row is "ok" in every process that holds the row (a kernel some process did not see
-    would be timed by fewer processes: it is a ValueError, naming it)."""
-    rows = {}
-    for i, entry in enumerate(processes):
-        for r in (entry.get("result") or {}).get("launches", []):
-            if r.get("status") == "ok":
-                rows.setdefault((r["impl"], r["B"], r["T"], r["H"]), []).append((i, r["kernels_ms"]))
-    if not rows:
-        raise ValueError("the processes hold no 'ok' 'launches' rows")
+    Every process must hold an "ok" row for every (impl, shape) that any holds, and every kernel must be seen by
+    every process: else a ValueError that names the process, the row or the kernel."""
+    rows = [{(r["impl"], r["B"], r["T"], r["H"]): r for r in (entry.get("result") or {}).get("launches", [])}
+            for entry in processes]
+    keys = list(dict.fromkeys(key for run in rows for key in run))
+    if not keys:
+        raise ValueError("the processes hold no 'launches' rows")
     medians = {}
-    for key, runs in rows.items():
-        names = set().union(*(k for _, k in runs))
-        partial = sorted(n for n in names if any(n not in k for _, k in runs))
+    for key in keys:
+        for i, run in enumerate(rows):
+            if run.get(key, {}).get("status") != "ok":
+                raise ValueError(f"process {i} has no 'ok' 'launches' row for {key}")
+        runs = [run[key]["kernels_ms"] for run in rows]
+        names = set().union(*runs)
+        partial = sorted(n for n in names if any(n not in k for k in runs))
         if partial:
-            raise ValueError(f"{key}: kernels not seen by every process {[i for i, _ in runs]}: {partial}")
-        times = {n: statistics.median(k[n] for _, k in runs) for n in names}
+            raise ValueError(f"{key}: kernels not seen by every process: {partial}")
+        times = {n: statistics.median(k[n] for k in runs) for n in names}
         medians[key] = dict(sorted(times.items(), key=lambda item: -item[1]))
     return medians
 
@@ -758,9 +766,11 @@ def warmup_outcome(warmup):
             raise ValueError(f"warmup's skipped measurements have an interrupted one after the first: {skipped!r}")
         cut = bool(skipped) and skipped[0].endswith(" (interrupted)")
         stopped = skipped[0].removesuffix(" (interrupted)") if cut else None
-        when = f"during {stopped}" if cut else f"before {skipped[0]}" if skipped else ""
-        text = "finished" if not skipped else (f"finished, but its time budget ran out {when} and it "
-                                               f"skipped {len(skipped)} of its measurements")
+        text = ("finished" if not skipped else
+                f"finished, but {stopped} ran past its time limit and was cut short, and it skipped "
+                f"{len(skipped)} of its measurements" if cut else
+                f"finished, but its time budget ran out before {skipped[0]} and it skipped {len(skipped)} of its "
+                f"measurements")
         return {"finished": True, "stopped_during": stopped, "skipped": skipped, "text": text}
     if warmup["status"].startswith("failed: did not finish"):
         tail = (warmup.get("stderr_tail") or "").strip().splitlines()

@@ -148,7 +148,8 @@ def main(argv=None):
         print(f"{x['kernel']:32s} " + "  ".join(f"{name} {m[name]['value']}" for name in
                                                   ("Duration", "Registers Per Thread", "Theoretical Occupancy",
                                                    "No Eligible") if name in m)
-              + "  stalls: " + ", ".join(f"{r} {v:.2f}" for r, v in sorted(x["stalls"].items(), key=lambda i: -i[1])[:4]))
+              + "  stalls: " + ", ".join(f"{r} {v:.2f}" for r, v in sorted(
+                  ((r, v) for r, v in x["stalls"].items() if isinstance(v, float)), key=lambda i: -i[1])[:4]))
 
 
 if __name__ == "__main__":
