@@ -486,6 +486,24 @@ def kernel_settings(**overrides):
         globals().update(previous)
 
 
+@contextlib.contextmanager
+def tile_table(table, setting):
+    """Inside the block the tile table ``table`` (a *_TILES dict, of this module or of Chapter 10's) holds exactly
+    the entries of ``setting``, entries it lacks removed; its own are back after it, also after an error. The
+    tuning tools try their candidates with it."""
+    if not isinstance(table, dict) or not isinstance(setting, dict):
+        raise ValueError(f"table and setting must be dicts, got {type(table).__name__} and "
+                         f"{type(setting).__name__}")
+    previous = dict(table)
+    table.clear()
+    table.update(setting)
+    try:
+        yield table
+    finally:
+        table.clear()
+        table.update(previous)
+
+
 def _block_width(dim, widest=None):
     """A block width for a head dim: its next power of two, at least 16 (tl.dot's smallest), at most widest."""
     width = max(16, triton.next_power_of_2(dim))

@@ -172,6 +172,25 @@ def test_kernel_settings_refuses_bad_values_by_name(overrides, message):
     assert (chunk_kernels.FLOAT32_DOT, chunk_kernels.LOW_PRECISION_INTERMEDIATES) == before
 
 
+def test_tile_table_holds_exactly_the_setting_inside_and_the_table_comes_back_whole():
+    ck = chunk_kernels
+    shipped = dict(ck.INTRA_TILES)
+    capped = dict(shipped, maxnreg=168, BK=32)
+    with ck.tile_table(ck.INTRA_TILES, capped) as table:
+        assert table is ck.INTRA_TILES and ck.INTRA_TILES == capped
+        with ck.tile_table(ck.INTRA_TILES, {k: v for k, v in capped.items() if k != "maxnreg"}):
+            assert "maxnreg" not in ck.INTRA_TILES                            # entries the setting lacks: gone
+        assert ck.INTRA_TILES == capped                                        # nested: the outer one back
+    assert ck.INTRA_TILES == shipped and "maxnreg" not in ck.INTRA_TILES
+    with pytest.raises(RuntimeError, match="inside"):
+        with ck.tile_table(ck.INTRA_TILES, capped):
+            raise RuntimeError("inside")
+    assert ck.INTRA_TILES == shipped                                           # also after an error
+    with pytest.raises(ValueError, match="table and setting must be dicts, got dict and list"):
+        with ck.tile_table(ck.INTRA_TILES, [("BK", 16)]):
+            pass
+
+
 def test_intra_launch_passes_a_register_cap_only_when_the_table_has_one(monkeypatch):
     """INTRA_TILES may carry "maxnreg" (a sweep tries it): the launch hands it to Triton, and None without it.
     The interpreter ignores the option, so a fake kernel records what the launch passes."""

@@ -1,4 +1,4 @@
-"""tools/gpu_forward_sweep.py, the parts that run without a GPU: its candidates and how it sets a tile table."""
+"""tools/gpu_forward_sweep.py, the parts that run without a GPU: its candidates and their records."""
 
 import sys
 from pathlib import Path
@@ -11,20 +11,8 @@ import gpu_forward_sweep as sweep  # noqa: E402
 from gdn2edu import chunk_kernels  # noqa: E402
 
 
-def test_a_setting_replaces_the_table_and_the_shipped_one_comes_back_whole():
-    shipped = dict(chunk_kernels.INTRA_TILES)
-    capped = dict(shipped, maxnreg=168)
-    try:
-        sweep.use("INTRA_TILES", capped)
-        assert chunk_kernels.INTRA_TILES == capped
-        sweep.use("INTRA_TILES", shipped)
-        assert chunk_kernels.INTRA_TILES == shipped and "maxnreg" not in chunk_kernels.INTRA_TILES
-    finally:
-        sweep.use("INTRA_TILES", shipped)
-
-
 def test_every_candidate_sets_only_keys_its_launch_reads():
-    """A candidate has every key of the shipped table (use() replaces the table whole, and the launch reads
+    """A candidate has every key of the shipped table (the sweep replaces the table whole, and the launch reads
     them all) and no other, but "maxnreg" for the intra kernel, whose launch reads it when present."""
     for table, candidates in sweep.CANDIDATES.items():
         shipped = set(getattr(chunk_kernels, table))

@@ -60,14 +60,6 @@ def second_launch_ms(inputs):
     return measure_ms(lambda: chunk_kernels._launch_intra(q, k, g, b, A, Aqk, flags, p, 2))
 
 
-def use(table, setting):
-    """Make the module's table ``table`` equal to ``setting`` in place (entries it lacks removed, as a "maxnreg"
-    that only a candidate has); the launches read the table when they run."""
-    entries = getattr(chunk_kernels, table)
-    entries.clear()
-    entries.update(setting)
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=float, default=400.0, help="seconds; no new setting starts after it")
@@ -99,17 +91,16 @@ def main(argv=None):
                     result["stopped"] = "budget"
                     save()
                     return
-                use(table, setting)
                 row = {"shape": [B, T, H], "table": table, "setting": setting, "shipped": setting == shipped}
-                try:
-                    o, _ = gdn2edu.chunk_gdn2(*inputs)
-                    row["max_diff_vs_shipped"] = (o.float() - reference.float()).abs().max().item()
-                    fn = lambda: gdn2edu.chunk_gdn2(*inputs)                 # noqa: E731
-                    row["fwd_ms"] = measure_ms(fn)
-                    row["kernel_ms"] = per_kernel(fn)[KERNEL_OF_TABLE[table]]
-                except Exception as err:                # out of resources: record it and go on
-                    row["error"] = f"{type(err).__name__}: {err}"[:300]
-                use(table, shipped)
+                with chunk_kernels.tile_table(getattr(chunk_kernels, table), setting):   # the launches read it
+                    try:
+                        o, _ = gdn2edu.chunk_gdn2(*inputs)
+                        row["max_diff_vs_shipped"] = (o.float() - reference.float()).abs().max().item()
+                        fn = lambda: gdn2edu.chunk_gdn2(*inputs)                 # noqa: E731
+                        row["fwd_ms"] = measure_ms(fn)
+                        row["kernel_ms"] = per_kernel(fn)[KERNEL_OF_TABLE[table]]
+                    except Exception as err:                # out of resources: record it and go on
+                        row["error"] = f"{type(err).__name__}: {err}"[:300]
                 result["rows"].append(row)
                 print(json.dumps(row), flush=True)
                 save()

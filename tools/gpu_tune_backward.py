@@ -28,7 +28,7 @@ import triton.testing
 from gdn2edu import chunk_backward_kernels as cb
 from gdn2edu.bench import STANDARD_SHAPES, provenance
 from gdn2edu.chunk_backward_kernels import BACKWARD_TILE_TABLES
-from gdn2edu.chunk_kernels import WY_TILES, _forward_states, _plan, _wy_states, baseline_inputs
+from gdn2edu.chunk_kernels import WY_TILES, _forward_states, _plan, _wy_states, baseline_inputs, tile_table
 
 INPUTS = [dict(BK=128, BV=64, num_warps=8, num_stages=2), dict(BK=128, BV=32, num_warps=8, num_stages=2),
           dict(BK=64, BV=64, num_warps=8, num_stages=2), dict(BK=32, BV=64, num_warps=8, num_stages=2)]
@@ -98,18 +98,17 @@ def main(argv=None):
         args.out.write_text(json.dumps(result, indent=1) + "\n")
     for name in names:
         fn, table = timed_call[name], tables[name]
-        default = dict(table)
         for setting in SETTINGS[name]:
             if time.monotonic() - start > args.budget:
                 break
-            table.update(setting)
             row = {"table": name, **setting}
-            try:
-                fn()
-                torch.cuda.synchronize()
-                row["ms"] = triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
-            except Exception as err:                     # compile or launch failure: record it, go on
-                row["error"] = f"{type(err).__name__}: {str(err)[:200]}"
+            with tile_table(table, {**table, **setting}):   # the shipped entries, those of the setting over them
+                try:
+                    fn()
+                    torch.cuda.synchronize()
+                    row["ms"] = triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
+                except Exception as err:                     # compile or launch failure: record it, go on
+                    row["error"] = f"{type(err).__name__}: {str(err)[:200]}"
             print(json.dumps(row), flush=True)
             result["timed"].append(row)
             timed = [r for r in result["timed"] if r["table"] == name and "ms" in r]
@@ -119,8 +118,6 @@ def main(argv=None):
             args.out.write_text(json.dumps(result, indent=1) + "\n")
             if "error" in row and "illegal memory access" in row["error"]:
                 return 1
-        table.clear()
-        table.update(default)
     return 0
 
 

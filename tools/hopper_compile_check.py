@@ -29,6 +29,7 @@ that the intra kernel's launch reads when its table has one (OPTIONAL_TILE_KEYS)
 """
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -212,7 +213,6 @@ def tile_tables():
 
 # entries a table may lack, which its launch reads when present (chunk_kernels._launch_intra: a register cap)
 OPTIONAL_TILE_KEYS = {"INTRA_TILES": ("maxnreg",)}
-_ABSENT = object()
 
 
 def _tile_setting(parser, text):
@@ -263,17 +263,10 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    shipped = [(table, key, table.get(key, _ABSENT)) for table, key, _ in args.tile]
-    for table, key, value in args.tile:
-        table[key] = value
-    try:
+    with contextlib.ExitStack() as settings:   # the shipped tables back after it, for a caller in this process
+        for table, key, value in args.tile:
+            settings.enter_context(ck.tile_table(table, {**table, key: value}))
         return _compile_all(args, argv)
-    finally:                                   # the shipped tables back, for a caller in the same process
-        for table, key, value in reversed(shipped):
-            if value is _ABSENT:
-                table.pop(key, None)           # given twice, the key is already gone
-            else:
-                table[key] = value
 
 
 def _compile_all(args, argv):
