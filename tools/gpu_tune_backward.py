@@ -48,17 +48,16 @@ def recomputed(B, T, H):
 def time_scan_blocks():
     """The reverse scan's median ms at each value block of SCAN_BLOCKS, per standard shape (bf16 baseline
     inputs, K = V = 128): a list of {"B", "T", "H", "ms": {block: ms}}."""
-    rows, default = [], cb.BWD_SCAN_TILES["BV"]
+    rows = []
     for B, T, H in STANDARD_SHAPES:
         _, p, f, do = recomputed(B, T, H)
         ms = {}
         for block in SCAN_BLOCKS:
-            cb.BWD_SCAN_TILES["BV"] = block
-            ms[block] = triton.testing.do_bench(lambda: cb._reverse_scan(f, do, None, p, False), warmup=10, rep=50,
-                                                return_mode="median")
+            with tile_table(cb.BWD_SCAN_TILES, {**cb.BWD_SCAN_TILES, "BV": block}):
+                ms[block] = triton.testing.do_bench(lambda: cb._reverse_scan(f, do, None, p, False), warmup=10,
+                                                    rep=50, return_mode="median")
         rows.append({"B": B, "T": T, "H": H, "ms": ms})
         print(json.dumps(rows[-1]), flush=True)
-    cb.BWD_SCAN_TILES["BV"] = default
     return rows
 
 
