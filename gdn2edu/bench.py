@@ -522,14 +522,26 @@ def plan_benchmark(args, result):
         steps.append(("ceilings", lambda: result.update(ceilings=measure_ceilings(device, args.warmup, args.rep)),
                       None))
     built = {}
+
+    def implementation(name):
+        """The chunked implementation called name, built once per run (a string where it cannot run here)."""
+        if name not in built:
+            built[name] = chunk_implementation(name, device)
+        return built[name]
+
+    def add_step(label, step, name):
+        """Plan the step of implementation name: torch.compile's go last, each under --compile-timeout."""
+        if name == "torch_compile":
+            compile_steps.append((label, step, args.compile_timeout))
+        else:
+            steps.append((label, step, None))
+
     for B, T, H in shapes if "forward" in parts else ():
         for name in impls:
             def step(B=B, T=T, H=H, name=name):
                 row = {"B": B, "T": T, "H": H, "K": K, "V": V, "impl": name}
                 result["forward"].append(row)
-                if name not in built:
-                    built[name] = chunk_implementation(name, device)
-                fn = built[name]
+                fn = implementation(name)
                 if isinstance(fn, str):
                     row["status"] = fn
                     return
@@ -542,10 +554,7 @@ def plan_benchmark(args, result):
                     raise
                 except Exception as err:       # compile errors, out of memory: report and go on
                     row["status"] = _status(err)
-            if name == "torch_compile":
-                compile_steps.append((f"forward {B}x{T}x{H} {name}", step, args.compile_timeout))
-            else:
-                steps.append((f"forward {B}x{T}x{H} {name}", step, None))
+            add_step(f"forward {B}x{T}x{H} {name}", step, name)
     for batch in batches if "decode" in parts else ():
         H = shapes[0][2]
         for name in decoders:
@@ -591,7 +600,7 @@ def plan_benchmark(args, result):
             def step(B=B, T=T, H=H, name=name):
                 row = {"B": B, "T": T, "H": H, "K": K, "V": V, "impl": name}
                 result["launches"].append(row)
-                fn = built[name] if name in built else built.setdefault(name, chunk_implementation(name, device))
+                fn = implementation(name)
                 if isinstance(fn, str) or not gpu:
                     row["status"] = fn if isinstance(fn, str) else "needs a GPU (the profiler's kernel times)"
                     return
@@ -603,10 +612,7 @@ def plan_benchmark(args, result):
                     raise
                 except Exception as err:
                     row["status"] = _status(err)
-            if name == "torch_compile":       # a compile per shape: last, under --compile-timeout, as above
-                compile_steps.append((f"launches {B}x{T}x{H} {name}", step, args.compile_timeout))
-            else:
-                steps.append((f"launches {B}x{T}x{H} {name}", step, None))
+            add_step(f"launches {B}x{T}x{H} {name}", step, name)
     for name in parts:
         if name in EXTENSION_PARTS:
             result[name] = []
@@ -708,47 +714,41 @@ def summarize_processes(results):
                       for (impl, *shape, part), v in times.items()]}
 
 
-def launch_medians(processes):
-    """Per implementation and shape, every kernel's median time over processes from the "launches" rows of a
-    combined file's "processes" entries: {(impl, B, T, H): {kernel name: median ms}}, kernels sorted by time.
-    Every process must hold an "ok" row for every (impl, shape) that any holds, and every kernel must be seen by
-    every process: else a ValueError that names the process, the row or the kernel."""
-    rows = [{(r["impl"], r["B"], r["T"], r["H"]): r for r in (entry.get("result") or {}).get("launches", [])}
-            for entry in processes]
+def _medians_by(processes, part, key_of):
+    """{key_of(row): {kernel: median ms over processes}} of the rows of ``part`` in a combined file's "processes"
+    entries, kernels in the first process's order. Every process must hold an "ok" row for every key that any
+    holds, with the same kernels: else a ValueError that names the process, the row or the kernels."""
+    rows = [{key_of(r): r for r in (entry.get("result") or {}).get(part, [])} for entry in processes]
     keys = list(dict.fromkeys(key for run in rows for key in run))
     if not keys:
-        raise ValueError("the processes hold no 'launches' rows")
+        raise ValueError(f"the processes hold no {part!r} rows")
     medians = {}
     for key in keys:
         for i, run in enumerate(rows):
             if run.get(key, {}).get("status") != "ok":
-                raise ValueError(f"process {i} has no 'ok' 'launches' row for {key}")
+                raise ValueError(f"process {i} has no 'ok' {part!r} row for {key}")
         runs = [run[key]["kernels_ms"] for run in rows]
-        names = set().union(*runs)
-        partial = sorted(n for n in names if any(n not in k for k in runs))
+        partial = sorted(set().union(*runs) - set.intersection(*map(set, runs)))
         if partial:
             raise ValueError(f"{key}: kernels not seen by every process: {partial}")
-        times = {n: statistics.median(k[n] for k in runs) for n in names}
-        medians[key] = dict(sorted(times.items(), key=lambda item: -item[1]))
+        medians[key] = {name: statistics.median(k[name] for k in runs) for name in runs[0]}
     return medians
+
+
+def launch_medians(processes):
+    """Per implementation and shape, every kernel's median time over processes from the "launches" rows of a
+    combined file's "processes" entries: {(impl, B, T, H): {kernel name: median ms}}, the slowest kernel first.
+    Gaps are ValueErrors, as in _medians_by."""
+    medians = _medians_by(processes, "launches", lambda r: (r["impl"], r["B"], r["T"], r["H"]))
+    return {key: dict(sorted(times.items(), key=lambda item: -item[1])) for key, times in medians.items()}
 
 
 def kernel_medians(processes, part):
     """Our kernels' medians over processes of one breakdown part ("breakdown" or "backward_breakdown") of a combined
-    file's "processes" entries: {(B, T, H): {kernel: median ms}}. Every process must hold an "ok" row for every
-    shape; anything else is a ValueError that names the process and the shape."""
+    file's "processes" entries: {(B, T, H): {kernel: median ms}}. Gaps are ValueErrors, as in _medians_by."""
     if part not in ("breakdown", "backward_breakdown"):
         raise ValueError(f"part must be 'breakdown' or 'backward_breakdown', got {part!r}")
-    rows = [{(r["B"], r["T"], r["H"]): r for r in (entry.get("result") or {}).get(part, [])} for entry in processes]
-    shapes = list(dict.fromkeys(shape for run in rows for shape in run))
-    if not shapes:
-        raise ValueError(f"the processes hold no {part!r} rows")
-    for i, run in enumerate(rows):
-        for shape in shapes:
-            if run.get(shape, {}).get("status") != "ok":
-                raise ValueError(f"process {i} has no 'ok' {part!r} row at B, T, H = {shape}")
-    return {shape: {name: statistics.median(run[shape]["kernels_ms"][name] for run in rows)
-                    for name in rows[0][shape]["kernels_ms"]} for shape in shapes}
+    return _medians_by(processes, part, lambda r: (r["B"], r["T"], r["H"]))
 
 
 def warmup_outcome(warmup):
