@@ -193,3 +193,45 @@ def test_the_forward_scan_is_compiled_as_chunk_gdn2_launches_it(root, K):
             "print(launch == [(seen[0]['BK'], seen[0]['num_warps'], seen[0]['num_stages'])], launch, seen[0]['BK'])")
     stdout = run_code(root, code)
     assert stdout.split()[0] == "True", stdout
+
+
+def test_loads_left_in_loops_follow_the_nesting():
+    """The TTGIR reader counts a tt.load only inside an scf.for, through nested regions and an else branch,
+    and names its tile or scalar type."""
+    sys.path.insert(0, "tools")
+    from hopper_compile_check import loads_left_in_loops
+    ttgir = "\n".join([
+        "tt.func public @k(%arg0: !tt.ptr<f32>) {",
+        "  %0 = tt.load %arg0 : !tt.ptr<i32> loc(#loc1)",                          # before any loop: not counted
+        "  %1 = scf.for %i = %c0 to %c4 step %c1 iter_args(%a = %z) -> (tensor<64xf32>) : i32 {",
+        "    %2 = tt.load %p, %m, %o : tensor<128x!tt.ptr<f32>, #blocked> loc(#loc2)",
+        "    %3 = scf.if %c -> (f32) {",
+        "      %4 = tt.load %q : !tt.ptr<i32> loc(#loc3)",
+        "    } else {",
+        "      %5 = \"tt.reduce\"(%x) <{axis = 0 : i32}> ({",
+        "      ^bb0(%u: f32, %v: f32):",
+        "        tt.reduce.return %u : f32",
+        "      }) : (tensor<16xf32>) -> f32",
+        "    }",
+        "    %6 = ttg.async_copy_global_to_local %r, %s : tensor<64x32x!tt.ptr<bf16>, #b> -> <64x32xbf16>",
+        "    scf.yield %a : tensor<64xf32>",
+        "  }",
+        "  %7 = tt.load %w, %n : tensor<16x16x!tt.ptr<f32>, #blocked> loc(#loc4)",     # after the loop: not counted
+        "  tt.return",
+        "}"])
+    assert loads_left_in_loops(ttgir) == ["128xf32", "i32"]
+
+
+def test_the_forward_scan_leaves_its_gamma_vector_unpipelined(root):
+    """--loop-loads on the 16-bit forward scan, its pointers aligned as a launch has them, names the one load
+    its loop does not pipeline: the 128-float gamma_n vector (the tiles that feed its products are asynchronous
+    copies). Without --aligned no load is pipelined (cp.async needs the alignment)."""
+    result = run_tool(root, "--loop-loads", "--aligned", "--arch", "sm_90", "--dim", "128", "--kernels",
+                      "chunk_gdn2_fwd_scan_kernel")
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    bf16 = [line for line in result.stdout.splitlines() if "(bf16," in line]
+    assert len(bf16) == 1 and bf16[0].endswith("loads left in loops: 1 (128xf32)"), result.stdout
+    unaligned = run_tool(root, "--loop-loads", "--arch", "sm_90", "--dim", "128", "--kernels",
+                         "chunk_gdn2_fwd_scan_kernel")
+    bf16 = [line for line in unaligned.stdout.splitlines() if "(bf16," in line]
+    assert len(bf16) == 1 and "loads left in loops: 4 " in bf16[0], unaligned.stdout

@@ -7,12 +7,15 @@ Colab's A100 (sm_80) and L4 (sm_89), and checks that it fits the shared memory a
 status 1 if any kernel fails. This Triton may pipeline differently from the one on the GPU (Triton 3.6 on
 the H200 asked more for the scans at K = 256 than this check saw): a fit here is necessary, not sufficient.
 
-    python tools/hopper_compile_check.py [--registers] [--arch sm_90,...] [--dim 128,...] [--kernels NAME,...]
+    python tools/hopper_compile_check.py [--registers] [--loop-loads] [--arch sm_90,...] [--dim 128,...] [--kernels NAME,...]
                                          [--fp32-dot ieee|tf32x3|tf32] [--aligned] [--out FILE]
                                          [--tile TABLE.KEY=VALUE ...]
 
 ``--registers`` also prints each binary's registers per thread and its stack (registers spilled to local
-memory), from ``cuobjdump -res-usage``, the tool that ships with Triton. ``--arch``, ``--dim`` and
+memory), from ``cuobjdump -res-usage``, the tool that ships with Triton. ``--loop-loads`` prints the global
+loads that a kernel's loops leave synchronous: the compiler pipelines the tiles that feed products and leaves
+the others, each of which then waits its whole latency where it stands, unless the kernel issues it early.
+Read it with ``--aligned``: without the alignment a launch has, no load can become an asynchronous copy. ``--arch``, ``--dim`` and
 ``--kernels`` (kernel function names) narrow what is compiled, each repeatable or a comma list; the default is
 everything. ``--aligned`` compiles with every pointer argument known to be 16-byte aligned, as a launch on
 torch tensors specializes them (without it, no load or store is vectorized, and the register counts are
@@ -32,6 +35,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -164,6 +168,26 @@ def resource_usage(cubin):
             "stack": int(fields["STACK"]) if "STACK" in fields else None}
 
 
+def loads_left_in_loops(ttgir):
+    """The global loads inside a loop that the compiler left synchronous: each ``tt.load`` within an
+    ``scf.for`` of a kernel's TTGIR, as "<shape>x<type>" ("i32" for a scalar). The pipeliner (num_stages) turns
+    the loads that feed products into asynchronous copies issued iterations ahead; these others are issued
+    where they stand, and a use soon after them waits for their whole latency. Nesting follows the braces:
+    a line ending in "{" opens a region (a loop if it holds "scf.for"), one starting with "}" closes one."""
+    regions, found = [], []
+    for line in ttgir.splitlines():
+        text = line.strip()
+        for _ in range(len(text) - len(text.lstrip("}"))):
+            regions.pop()
+        if re.search(r"= tt\.load ", text) and "loop" in regions:
+            tile = re.search(r"tensor<([\dx]+)x!tt\.ptr<(\w+)>", text)
+            scalar = re.search(r"!tt\.ptr<(\w+)>", text)
+            found.append(f"{tile.group(1)}x{tile.group(2)}" if tile else scalar.group(1) if scalar else "?")
+        if text.endswith("{"):
+            regions.append("loop" if "scf.for" in text else "region")
+    return found
+
+
 def usage_text(usage):
     """resource_usage's numbers as cuobjdump prints them, "REG:.. STACK:.."."""
     text = " ".join(f"{label}:{usage[name]}" for label, name in (("REG", "registers"), ("STACK", "stack"))
@@ -234,6 +258,9 @@ def _tile_setting(parser, text):
 def parse_args(argv):
     parser = argparse.ArgumentParser(description="Compile gdn2edu's Triton kernels for the GPUs readers meet, "
                                                  "no GPU needed; exit status 1 if any fails.")
+    parser.add_argument("--loop-loads", action="store_true",
+                        help="also print the global loads each kernel's loops leave synchronous (not pipelined); "
+                             "with --aligned, as launches have their pointers")
     parser.add_argument("--registers", action="store_true",
                         help="also print each binary's registers per thread and stack (cuobjdump -res-usage)")
     parser.add_argument("--arch", action="append", help=f"from {', '.join(TARGETS)} (repeat or comma-separate; "
@@ -278,7 +305,7 @@ def _compile_all(args, argv):
         for dim in args.dim:
             print(f"{arch}, K = V = {dim}:")
             f, c = check(target, limit, dim, args.registers, args.kernels, args.fp32_dot, args.aligned, records,
-                         arch)
+                         arch, args.loop_loads)
             failures, compiled = failures + f, compiled + c
     if not compiled:
         print("nothing compiled: no launch of these kernels at these head dims on these GPUs")
@@ -299,11 +326,13 @@ def _compile_all(args, argv):
     return 1 if failures or not compiled else 0
 
 
-def check(target, limit, dim, registers, kernels, fp32_dot, aligned=False, records=None, arch=None):
+def check(target, limit, dim, registers, kernels, fp32_dot, aligned=False, records=None, arch=None,
+          loop_loads=False):
     """Compile the launches of ``kernels`` at K = V = dim for the target, float32 products in ``fp32_dot``;
     (failures, launches compiled). Where a block has less shared memory than float32 tiles need (an L4),
     chunk_gdn2 refuses float32 inputs, so only the 16-bit variants are compiled there. A list ``records``
-    gets a dict per launch, with its registers and stack (``arch`` names the target there)."""
+    gets a dict per launch, with its registers, stack and loads_left_in_loops (``arch`` names the target there);
+    ``loop_loads`` prints those loads too."""
     failures = compiled = 0
     for kernel, constexprs, num_warps, num_stages, bf16 in launches(dim, dim, fp32_dot):
         name = kernel.fn.__name__
@@ -339,11 +368,15 @@ def check(target, limit, dim, registers, kernels, fp32_dot, aligned=False, recor
         fits = shared <= limit
         failures += not fits
         usage = resource_usage(binary.asm["cubin"]) if registers or records is not None else None
+        left = loads_left_in_loops(binary.asm["ttgir"])
         print(f"{'ok  ' if fits else 'FAIL'} {name} ({inputs}{label}, warps {num_warps}, stages {num_stages}): "
               f"shared memory {shared} of {limit} bytes, compiled in {time.monotonic() - start:.1f} s"
-              + (f", {usage_text(usage)}" if registers else ""))
+              + (f", {usage_text(usage)}" if registers else "")
+              + (f", loads left in loops: {len(left)}" + (f" ({', '.join(left)})" if left else "") if loop_loads
+                 else ""))
         if records is not None:
-            records.append(dict(launch, ok=fits, shared_memory=shared, shared_memory_limit=limit, **usage))
+            records.append(dict(launch, ok=fits, shared_memory=shared, shared_memory_limit=limit, **usage,
+                                loads_left_in_loops=left))
     return failures, compiled
 
 
