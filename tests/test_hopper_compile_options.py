@@ -6,6 +6,7 @@ Chapter 11 runs the tool this way to show what IEEE float32 products compile to;
 with an error that names the option, and a selection that compiles nothing must not pass."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -195,11 +196,11 @@ def test_the_forward_scan_is_compiled_as_chunk_gdn2_launches_it(root, K):
     assert stdout.split()[0] == "True", stdout
 
 
-def test_loads_left_in_loops_follow_the_nesting():
-    """The TTGIR reader counts a tt.load only inside an scf.for, through nested regions and an else branch,
-    and names its tile or scalar type."""
-    sys.path.insert(0, "tools")
-    from hopper_compile_check import loads_left_in_loops
+def test_loads_left_in_loops_follow_the_nesting(root, tmp_path):
+    """The TTGIR reader counts a tt.load only inside a loop (an scf.for, either region of an scf.while), through
+    nested regions and an else branch; it names the tile (also of a block pointer) or the scalar's type, and the
+    source line of the outermost call; unbalanced braces are an error. In a fresh process: importing the tool
+    turns the interpreter off."""
     ttgir = "\n".join([
         "tt.func public @k(%arg0: !tt.ptr<f32>) {",
         "  %0 = tt.load %arg0 : !tt.ptr<i32> loc(#loc1)",                          # before any loop: not counted
@@ -217,21 +218,51 @@ def test_loads_left_in_loops_follow_the_nesting():
         "    scf.yield %a : tensor<64xf32>",
         "  }",
         "  %7 = tt.load %w, %n : tensor<16x16x!tt.ptr<f32>, #blocked> loc(#loc4)",     # after the loop: not counted
+        "  %8 = scf.while (%b = %c0) : (i32) -> i32 {",
+        "    %9 = tt.load %bp : !tt.ptr<tensor<64x16xbf16, #blocked>> loc(#loc4)",
+        "    scf.condition(%t) %b : i32",
+        "  } do {",
+        "  ^bb0(%e: i32):",
+        "    %10 = tt.load %y : !tt.ptr<f32> loc(#loc5)",
+        "    scf.yield %e : i32",
+        "  }",
         "  tt.return",
-        "}"])
-    assert loads_left_in_loops(ttgir) == ["128xf32", "i32"]
+        "}",
+        '#loc1 = loc("/pkg/k.py":3:1)',
+        '#loc2 = loc("b_x"(#loc6))',
+        "#loc3 = loc(unknown)",
+        "#loc4 = loc(callsite(#loc1 at #loc7))",
+        '#loc5 = loc("/pkg/k.py":30:5)',
+        '#loc6 = loc("/pkg/k.py":12:9)',
+        '#loc7 = loc("/pkg/k.py":20:3)'])
+    (tmp_path / "k.ttgir").write_text(ttgir)
+    (tmp_path / "bad.ttgir").write_text("  }\n")
+    code = ("import sys; sys.path.insert(0, 'tools')\n"
+            "from hopper_compile_check import loads_left_in_loops\n"
+            f"print(loads_left_in_loops(open({str(tmp_path / 'k.ttgir')!r}).read()))\n"
+            "try:\n"
+            f"    loads_left_in_loops(open({str(tmp_path / 'bad.ttgir')!r}).read())\n"
+            "except ValueError as err:\n"
+            "    print(err)\n")
+    lines = run_code(root, code).splitlines()
+    assert lines[0] == str([("128xf32", "k.py:12"), ("i32", None), ("64x16xbf16", "k.py:20"), ("f32", "k.py:30")])
+    assert lines[1].startswith("TTGIR line 1 closes a region that was never opened"), lines
 
 
 def test_the_forward_scan_leaves_its_gamma_vector_unpipelined(root):
     """--loop-loads on the 16-bit forward scan, its pointers aligned as a launch has them, names the one load
-    its loop does not pipeline: the 128-float gamma_n vector (the tiles that feed its products are asynchronous
-    copies). Without --aligned no load is pipelined (cp.async needs the alignment)."""
+    its loop does not pipeline and its source line: the chunk's gamma_n vector, K = 128 float32 (the tiles
+    that feed its products are asynchronous copies). Without --aligned no 16-bit tile is pipelined."""
     result = run_tool(root, "--loop-loads", "--aligned", "--arch", "sm_90", "--dim", "128", "--kernels",
                       "chunk_gdn2_fwd_scan_kernel")
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     bf16 = [line for line in result.stdout.splitlines() if "(bf16," in line]
-    assert len(bf16) == 1 and bf16[0].endswith("loads left in loops: 1 (128xf32)"), result.stdout
+    left = re.search(r"loads left in loops: 1 \(128xf32 at chunk_kernels\.py:(\d+)\)$", bf16[0] if bf16 else "")
+    assert len(bf16) == 1 and left, result.stdout
+    source = (root / "gdn2edu" / "chunk_kernels.py").read_text().splitlines()[int(left.group(1)) - 1]
+    assert "tl.load(GN" in source, source
     unaligned = run_tool(root, "--loop-loads", "--arch", "sm_90", "--dim", "128", "--kernels",
                          "chunk_gdn2_fwd_scan_kernel")
+    assert unaligned.returncode == 0, unaligned.stdout + unaligned.stderr[-3000:]
     bf16 = [line for line in unaligned.stdout.splitlines() if "(bf16," in line]
     assert len(bf16) == 1 and "loads left in loops: 4 " in bf16[0], unaligned.stdout

@@ -223,8 +223,9 @@ def main(argv=None):
     p.add_argument("--recompute-modes", action="store_true",
                    help="also run our kernels with recompute_states=True and with disable_recompute=True")
     p.add_argument("--commit", help="git commit of the code under test (default: git rev-parse HEAD)")
-    p.add_argument("--budget", type=float, default=400.0, help="seconds after which no new case starts, nor the 2^31-offset batch (the record and the log say "
-                        "so, in offsets_past_int32_skipped)")
+    p.add_argument("--budget", type=float, default=400.0,
+                   help="seconds after which no new case starts, nor the 2^31-offset batch (the record and the "
+                        "log say so, in offsets_past_int32_skipped)")
     p.add_argument("--skip-large", action="store_true", help="skip the 2^31-offset case (about 40 GB of memory)")
     p.add_argument("--cases", type=case_numbers, default=None,
                    help=f"the cases to run, numbered 1-{len(CASES)} as printed: a list of numbers and ranges "

@@ -7,18 +7,19 @@ Colab's A100 (sm_80) and L4 (sm_89), and checks that it fits the shared memory a
 status 1 if any kernel fails. This Triton may pipeline differently from the one on the GPU (Triton 3.6 on
 the H200 asked more for the scans at K = 256 than this check saw): a fit here is necessary, not sufficient.
 
-    python tools/hopper_compile_check.py [--registers] [--loop-loads] [--arch sm_90,...] [--dim 128,...] [--kernels NAME,...]
+    python tools/hopper_compile_check.py [--registers] [--loop-loads] [--arch sm_90,...] [--dim 128,...]
+                                         [--kernels NAME,...]
                                          [--fp32-dot ieee|tf32x3|tf32] [--aligned] [--out FILE]
                                          [--tile TABLE.KEY=VALUE ...]
 
 ``--registers`` also prints each binary's registers per thread and its stack (registers spilled to local
 memory), from ``cuobjdump -res-usage``, the tool that ships with Triton. ``--loop-loads`` prints the global
-loads that a kernel's loops leave synchronous: the compiler pipelines the tiles that feed products and leaves
-the others, each of which then waits its whole latency where it stands, unless the kernel issues it early.
-Read it with ``--aligned``: without the alignment a launch has, no load can become an asynchronous copy. ``--arch``, ``--dim`` and
-``--kernels`` (kernel function names) narrow what is compiled, each repeatable or a comma list; the default is
-everything. ``--aligned`` compiles with every pointer argument known to be 16-byte aligned, as a launch on
-torch tensors specializes them (without it, no load or store is vectorized, and the register counts are
+loads that a kernel's loops leave synchronous, with their source lines: in a pipelined loop the compiler turns
+loads whose tiles feed products into asynchronous copies issued iterations ahead and issues the others where
+they stand. Read it with ``--aligned``: without the alignment a launch has, no 16-bit load becomes an
+asynchronous copy. ``--arch``, ``--dim`` and ``--kernels`` (kernel function names) narrow what is compiled,
+each repeatable or a comma list; the default is everything. ``--aligned`` compiles with every pointer argument
+known to be 16-byte aligned, as a launch on torch tensors specializes them (without it, no load or store is vectorized, and the register counts are
 those of scalar accesses). ``--fp32-dot`` is the ``input_precision`` of the float32 launches' products (default: what
 chunk_gdn2 uses, ``chunk_kernels.FLOAT32_DOT``); the 16-bit launches keep "tf32", their tensor-core products.
 Each line names the inputs' type of its launch (float32 or bf16) and the dot precision where it has one; the
@@ -168,24 +169,58 @@ def resource_usage(cubin):
             "stack": int(fields["STACK"]) if "STACK" in fields else None}
 
 
+LOOP_OPS = ("scf.for", "scf.while")     # a while loop's two regions, before and after "do", are both its body
+
+
+def _source_line(ttgir, loc):
+    """The "file:line" that TTGIR location ``loc`` (like "#loc12") stands for: a call site's outermost caller,
+    so that a load inside a helper is placed at the kernel's line that calls the helper; None if unknown."""
+    defs = dict(re.findall(r"^(#loc\d*) = loc\((.*)\)$", ttgir, flags=re.M))
+    seen = set()
+    while loc in defs and loc not in seen:
+        seen.add(loc)
+        text = defs[loc]
+        direct = re.fullmatch(r'"([^"]+)":(\d+):\d+', text)
+        if direct:
+            return f"{os.path.basename(direct.group(1))}:{direct.group(2)}"
+        outer = re.fullmatch(r"callsite\((#loc\d*) at (#loc\d*)\)", text) or re.fullmatch(r'"[^"]*"\((#loc\d*)\)', text)
+        if outer is None:
+            return None
+        loc = outer.group(outer.lastindex)
+    return None
+
+
 def loads_left_in_loops(ttgir):
     """The global loads inside a loop that the compiler left synchronous: each ``tt.load`` within an
-    ``scf.for`` of a kernel's TTGIR, as "<shape>x<type>" ("i32" for a scalar). The pipeliner (num_stages) turns
-    the loads that feed products into asynchronous copies issued iterations ahead; these others are issued
-    where they stand, and a use soon after them waits for their whole latency. Nesting follows the braces:
-    a line ending in "{" opens a region (a loop if it holds "scf.for"), one starting with "}" closes one."""
+    ``scf.for`` or ``scf.while`` of a kernel's TTGIR, as (tile, where): tile "<shape>x<element type>" (the
+    element type alone for a scalar), where the source "file:line" (None if the TTGIR does not say). In a
+    pipelined loop (num_stages > 1) Triton turns loads whose tiles feed products into asynchronous copies
+    issued iterations ahead; these others are issued where they stand. Nesting follows the braces: a line
+    ending in "{" opens a region (a loop body if it holds a LOOP_OPS operation or is a while loop's "} do {"),
+    one starting with "}" closes one."""
     regions, found = [], []
-    for line in ttgir.splitlines():
+    for number, line in enumerate(ttgir.splitlines(), 1):
         text = line.strip()
-        for _ in range(len(text) - len(text.lstrip("}"))):
-            regions.pop()
+        closing = len(text) - len(text.lstrip("}"))
+        if closing > len(regions):
+            raise ValueError(f"TTGIR line {number} closes a region that was never opened: {text[:80]!r}")
+        del regions[len(regions) - closing:]
         if re.search(r"= tt\.load ", text) and "loop" in regions:
-            tile = re.search(r"tensor<([\dx]+)x!tt\.ptr<(\w+)>", text)
+            tile = (re.search(r"tensor<([\dx]+)x!tt\.ptr<(\w+)>", text)                  # a tensor of pointers
+                    or re.search(r"!tt\.ptr<tensor<([\dx]+)x(\w+)", text))                 # a block pointer
             scalar = re.search(r"!tt\.ptr<(\w+)>", text)
-            found.append(f"{tile.group(1)}x{tile.group(2)}" if tile else scalar.group(1) if scalar else "?")
+            at = re.search(r"loc\((#loc\d*)\)\s*$", text)
+            found.append((f"{tile.group(1)}x{tile.group(2)}" if tile else scalar.group(1) if scalar else "?",
+                          _source_line(ttgir, at.group(1)) if at else None))
         if text.endswith("{"):
-            regions.append("loop" if "scf.for" in text else "region")
+            opens_loop = any(op in text for op in LOOP_OPS) or (closing and text.endswith("do {"))
+            regions.append("loop" if opens_loop else "region")
     return found
+
+
+def loads_text(loads):
+    """loads_left_in_loops' list as the tool prints it: "<tile> at <file:line>", comma-separated."""
+    return ", ".join(f"{tile} at {where}" if where else tile for tile, where in loads)
 
 
 def usage_text(usage):
@@ -372,11 +407,11 @@ def check(target, limit, dim, registers, kernels, fp32_dot, aligned=False, recor
         print(f"{'ok  ' if fits else 'FAIL'} {name} ({inputs}{label}, warps {num_warps}, stages {num_stages}): "
               f"shared memory {shared} of {limit} bytes, compiled in {time.monotonic() - start:.1f} s"
               + (f", {usage_text(usage)}" if registers else "")
-              + (f", loads left in loops: {len(left)}" + (f" ({', '.join(left)})" if left else "") if loop_loads
+              + (f", loads left in loops: {len(left)}" + (f" ({loads_text(left)})" if left else "") if loop_loads
                  else ""))
         if records is not None:
             records.append(dict(launch, ok=fits, shared_memory=shared, shared_memory_limit=limit, **usage,
-                                loads_left_in_loops=left))
+                                loads_left_in_loops=[dict(tile=tile, source=where) for tile, where in left]))
     return failures, compiled
 
 
