@@ -12,24 +12,24 @@ the H200 asked more for the scans at K = 256 than this check saw): a fit here is
                                          [--fp32-dot ieee|tf32x3|tf32] [--aligned] [--out FILE]
                                          [--tile TABLE.KEY=VALUE ...]
 
-``--registers`` also prints each binary's registers per thread and its stack (registers spilled to local
-memory), from ``cuobjdump -res-usage``, the tool that ships with Triton. ``--loop-loads`` prints the global
-loads that a kernel's loops leave synchronous, with their source lines: in a pipelined loop the compiler turns
-loads whose tiles feed products into asynchronous copies issued iterations ahead and issues the others where
-they stand. Read it with ``--aligned``: without the alignment a launch has, no 16-bit load becomes an
-asynchronous copy. ``--arch``, ``--dim`` and ``--kernels`` (kernel function names) narrow what is compiled,
-each repeatable or a comma list; the default is everything. ``--aligned`` compiles with every pointer argument
-known to be 16-byte aligned, as a launch on torch tensors specializes them (without it, no load or store is vectorized, and the register counts are
-those of scalar accesses). ``--fp32-dot`` is the ``input_precision`` of the float32 launches' products (default: what
-chunk_gdn2 uses, ``chunk_kernels.FLOAT32_DOT``); the 16-bit launches keep "tf32", their tensor-core products.
-Each line names the inputs' type of its launch (float32 or bf16) and the dot precision where it has one; the
-intra kernel's launches with float16's operand check compiled in are "float16 check on bf16 pointers" (bf16
-pointers stand in for float16 ones there). ``--out FILE`` writes every compiled launch (kernel, inputs, constexprs,
-warps, stages, shared memory, registers and stack) to FILE as JSON, with the provenance of gdn2edu.bench (the
-commit is that of the gdn2edu imported: PYTHONPATH may point at a worktree of an older commit), the targets and
-the tile tables compiled. ``--tile INTRA_TILES.BK=16`` compiles with one entry of a tile table changed
-(repeatable), to compare a setting that is not shipped; ``--tile INTRA_TILES.maxnreg=168`` adds the register cap
-that the intra kernel's launch reads when its table has one (OPTIONAL_TILE_KEYS).
+``--registers`` also prints each binary's registers per thread and its stack (registers spilled to local memory),
+from ``cuobjdump -res-usage``, the tool that ships with Triton. ``--loop-loads`` prints the global loads that a
+kernel's loops leave synchronous, with their source lines: in a pipelined loop the compiler turns loads whose
+tiles feed products into asynchronous copies issued iterations ahead and issues the others where they stand. Read
+it with ``--aligned``: without the alignment a launch has, no 16-bit load becomes an asynchronous copy.
+``--arch``, ``--dim`` and ``--kernels`` (kernel function names) narrow what is compiled, each repeatable or a
+comma list; the default is everything. ``--aligned`` compiles with every pointer argument known to be 16-byte
+aligned, as a launch on torch tensors specializes them (without it, no load or store is vectorized, and the
+register counts are those of scalar accesses). ``--fp32-dot`` is the ``input_precision`` of the float32 launches'
+products (default: what chunk_gdn2 uses, ``chunk_kernels.FLOAT32_DOT``); the 16-bit launches keep "tf32", their
+tensor-core products. Each line names the inputs' type of its launch (float32 or bf16) and the dot precision where
+it has one; the intra kernel's launches with float16's operand check compiled in are "float16 check on bf16
+pointers" (bf16 pointers stand in for float16 ones there). ``--out FILE`` writes every compiled launch (kernel,
+inputs, constexprs, warps, stages, shared memory, registers, stack and loads left in loops) to FILE as JSON, with
+the provenance of gdn2edu.bench (the commit is that of the gdn2edu imported: PYTHONPATH may point at a worktree of
+an older commit), the targets and the tile tables compiled. ``--tile INTRA_TILES.BK=16`` compiles with one entry
+of a tile table changed (repeatable), to compare a setting that is not shipped; ``--tile INTRA_TILES.maxnreg=168``
+adds the register cap that the intra kernel's launch reads when its table has one (OPTIONAL_TILE_KEYS).
 """
 
 import argparse
@@ -172,10 +172,10 @@ def resource_usage(cubin):
 LOOP_OPS = ("scf.for", "scf.while")     # a while loop's two regions, before and after "do", are both its body
 
 
-def _source_line(ttgir, loc):
-    """The "file:line" that TTGIR location ``loc`` (like "#loc12") stands for: a call site's outermost caller,
-    so that a load inside a helper is placed at the kernel's line that calls the helper; None if unknown."""
-    defs = dict(re.findall(r"^(#loc\d*) = loc\((.*)\)$", ttgir, flags=re.M))
+def _source_line(defs, loc):
+    """The "file:line" that TTGIR location ``loc`` (like "#loc12") stands for, given the TTGIR's location table
+    ``defs`` ({"#loc12": its definition}): a call site's outermost caller, so that a load inside a helper is
+    placed at the kernel's line that calls the helper; None if unknown."""
     seen = set()
     while loc in defs and loc not in seen:
         seen.add(loc)
@@ -199,6 +199,7 @@ def loads_left_in_loops(ttgir):
     ending in "{" opens a region (a loop body if it holds a LOOP_OPS operation or is a while loop's "} do {"),
     one starting with "}" closes one."""
     regions, found = [], []
+    defs = dict(re.findall(r"^(#loc\d*) = loc\((.*)\)$", ttgir, flags=re.M))       # the location table
     for number, line in enumerate(ttgir.splitlines(), 1):
         text = line.strip()
         closing = len(text) - len(text.lstrip("}"))
@@ -211,7 +212,7 @@ def loads_left_in_loops(ttgir):
             scalar = re.search(r"!tt\.ptr<(\w+)>", text)
             at = re.search(r"loc\((#loc\d*)\)\s*$", text)
             found.append((f"{tile.group(1)}x{tile.group(2)}" if tile else scalar.group(1) if scalar else "?",
-                          _source_line(ttgir, at.group(1)) if at else None))
+                          _source_line(defs, at.group(1)) if at else None))
         if text.endswith("{"):
             opens_loop = any(op in text for op in LOOP_OPS) or (closing and text.endswith("do {"))
             regions.append("loop" if opens_loop else "region")
