@@ -360,36 +360,54 @@ def _load_tile(base, row0, col0, n_rows, n_cols, stride, BR: tl.constexpr, BCOL:
 
 
 @triton.jit
-def chunk_gdn2_fwd_scan_kernel(AE, AZ, KG, GN, h, R, h0, ht, cu_seqlens, chunk_offsets,
+def chunk_gdn2_fwd_scan_kernel(AE, AZ, KG, GN, h, R, h0, ht, QG, Aqk, o, cu_seqlens, chunk_offsets,
                                H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                                BK: tl.constexpr, BV: tl.constexpr, USE_INITIAL_STATE: tl.constexpr,
-                               STORE_FINAL_STATE: tl.constexpr, DOT: tl.constexpr):
-    """One (sequence, head, value block): S <- Diag(gamma_n) S + kg^T (AZ - (AE) S) over the chunks,
-    writing each chunk's entering state h [chunks, H, K, V] and corrections R [T, H, V]."""
+                               STORE_FINAL_STATE: tl.constexpr, STORE_STATES: tl.constexpr,
+                               WRITE_OUTPUT: tl.constexpr, DOT: tl.constexpr):
+    """One (sequence, head, value block): S <- Diag(gamma_n) S + kg^T (AZ - (AE) S) over the chunks; with
+    STORE_STATES it writes each chunk's entering state h [chunks, H, K, V] and corrections R [T, H, V], with
+    WRITE_OUTPUT each chunk's output O = Q_g h + Aqk R into o [T, H, V] (h and R as rounded for storage)."""
     i_v, i_nh = tl.program_id(0), tl.program_id(1).to(tl.int64)      # 64-bit: i_nh * K * V may pass 2^31
     i_n, i_h = i_nh // H, i_nh % H
     bos, eos = tl.load(cu_seqlens + i_n).to(tl.int64), tl.load(cu_seqlens + i_n + 1)
     c0 = tl.load(chunk_offsets + i_n).to(tl.int64)
     T = eos - bos
-    o_k = tl.arange(0, BK)
+    NT = tl.cdiv(T, BT)
+    o_k, o_t = tl.arange(0, BK), tl.arange(0, BT)
     b_S = tl.zeros([BK, BV], dtype=tl.float32)
     if USE_INITIAL_STATE:
         b_S = _load(h0 + i_nh * K * V, 0, i_v * BV, K, V, V, BK, BV)
     p_qk, p_vw = (bos * H + i_h) * K, (bos * H + i_h) * V          # row 0 of the sequence
-    for i_t in range(tl.cdiv(T, BT)):
+    b_gn = tl.load(GN + (c0 * H + i_h) * K + o_k, mask=o_k < K, other=0.0)
+    for i_t in range(NT):
         t0 = i_t * BT
-        p_h, m_h = _tile(h + ((c0 + i_t) * H + i_h) * K * V, 0, i_v * BV, K, V, V, BK, BV)
-        tl.store(p_h, b_S.to(p_h.dtype.element_ty), mask=m_h)
+        # gamma_n of the next chunk (of the last one again at the end), issued a step ahead: the update at the
+        # end of this step need not wait for its load
+        i_next = tl.minimum(i_t + 1, NT - 1)
+        b_gn_next = tl.load(GN + ((c0 + i_next) * H + i_h) * K + o_k, mask=o_k < K, other=0.0)
+        b_Sq = b_S.to(AE.dtype.element_ty)                         # S as the products (and h) take it
+        if STORE_STATES:
+            p_h, m_h = _tile(h + ((c0 + i_t) * H + i_h) * K * V, 0, i_v * BV, K, V, V, BK, BV)
+            tl.store(p_h, b_Sq, mask=m_h)
         # R = AZ - (AE) S: the corrections against the state entering the chunk
         b_AE = _load_tile(AE + p_qk, t0, 0, T, K, H * K, BT, BK)
-        b_R = _load(AZ + p_vw, t0, i_v * BV, T, V, H * V, BT, BV) \
-            - tl.dot(b_AE, b_S.to(b_AE.dtype), input_precision=DOT)
-        p_r, m_r = _tile(R + p_vw, t0, i_v * BV, T, V, H * V, BT, BV)
-        tl.store(p_r, b_R.to(p_r.dtype.element_ty), mask=m_r)
+        b_R = _load(AZ + p_vw, t0, i_v * BV, T, V, H * V, BT, BV) - tl.dot(b_AE, b_Sq, input_precision=DOT)
+        b_Rq = b_R.to(KG.dtype.element_ty)                         # R as the products (and R's store) take it
+        if STORE_STATES:
+            p_r, m_r = _tile(R + p_vw, t0, i_v * BV, T, V, H * V, BT, BV)
+            tl.store(p_r, b_Rq, mask=m_r)
+        if WRITE_OUTPUT:                                            # O = Q_g h + Aqk R, off the state's path
+            b_QG = _load_tile(QG + p_qk, t0, 0, T, K, H * K, BT, BK)
+            b_Aqk = tl.where(o_t[:, None] >= o_t[None, :],
+                             _load_tile(Aqk + (bos * H + i_h) * BT, t0, 0, T, BT, H * BT, BT, BT), 0.0)
+            b_O = tl.dot(b_QG, b_Sq, input_precision=DOT) + tl.dot(b_Aqk.to(b_Rq.dtype), b_Rq, input_precision=DOT)
+            p_o, m_o = _tile(o + p_vw, t0, i_v * BV, T, V, H * V, BT, BV)
+            tl.store(p_o, b_O.to(p_o.dtype.element_ty), mask=m_o)
         # S <- Diag(gamma_n) S + kg^T R
-        b_gn = tl.load(GN + ((c0 + i_t) * H + i_h) * K + o_k, mask=o_k < K, other=0.0)
         b_kg = _load_tile(KG + p_qk, t0, 0, T, K, H * K, BT, BK)
-        b_S = b_S * b_gn[:, None] + tl.dot(tl.trans(b_kg), b_R.to(b_kg.dtype), input_precision=DOT)
+        b_S = b_S * b_gn[:, None] + tl.dot(tl.trans(b_kg), b_Rq, input_precision=DOT)
+        b_gn = b_gn_next
     if STORE_FINAL_STATE:
         p_ht, m_ht = _tile(ht + i_nh * K * V, 0, i_v * BV, K, V, V, BK, BV)
         tl.store(p_ht, b_S, mask=m_ht)
@@ -448,13 +466,20 @@ def _schedule(offsets, BT, device):
 # Set by the recorded sweeps of tools/gpu_forward_sweep.py on an H200 (results/h200_forward_sweep_run*.json;
 # Chapter 9 asserts each table is its sweep's winner); module-level tables so that a tuning run can try others.
 SCAN_TILES = {"BV": "auto", "num_warps": 4, "num_stages": 4}  # "auto": _one_wave_block, per call
-WY_TILES = {"BK": 32, "BV": 64, "num_warps": 2}           # the WY kernel's key and value blocks, warps
-OUTPUT_TILES = {"BV": 128, "num_warps": 4}                # the output kernel's value block, warps
+# the WY kernel's key and value blocks, warps and stages
+WY_TILES = {"BK": 32, "BV": 64, "num_warps": 2, "num_stages": 3}
+OUTPUT_TILES = {"BV": 128, "num_warps": 4}                # the output kernel's value block, warps (FUSE_OUTPUT off)
 INTRA_TILES = {"BK": 16, "num_warps": 1, "num_stages": 2}  # the intra kernel's key block, warps, stages
 # (a "maxnreg" entry, which a sweep may try, caps its registers per thread: more programs fit an SM, some spill)
 # With 16-bit inputs, store Aqk, AE, AZ, kg, Q_g, h and R in that type (half the traffic, 16-bit tensor-core
 # products; the state and every accumulation stay float32). False keeps them in float32.
 LOW_PRECISION_INTERMEDIATES = True
+# The scan also writes the output, O = Q_g h + Aqk R per chunk, while h and R are in its registers: no output
+# kernel, and a forward that no backward follows stores neither. False runs the output kernel after the scan.
+FUSE_OUTPUT = True
+# The stages of that scan: the most that fit a Hopper block at each value block the scan picks (five 16-bit
+# tiles a stage: at BV = 64, three take 208 KiB of 227; tools/hopper_compile_check.py --aligned)
+FUSED_SCAN_STAGES = 3
 # The input_precision of every product with float32 inputs (16-bit inputs take "tf32", their tensor-core
 # products): "ieee" multiplies in float32 on the CUDA cores; "tf32x3" sums three TF32 tensor-core products of
 # the operands' high and low parts, close to float32; "tf32" takes one, its operands rounded to a 10-bit
@@ -466,16 +491,17 @@ FLOAT32_DOT = "ieee"
 
 @contextlib.contextmanager
 def kernel_settings(**overrides):
-    """Inside the block the module-level settings named (LOW_PRECISION_INTERMEDIATES: a bool, FLOAT32_DOT: one
-    of FLOAT32_DOTS) take the given values for the calls made in it (a backward follows the plan its forward
-    made); the previous ones are back after it, also after an error. The benchmark and the test matrix try
-    the alternatives with it."""
-    unknown = sorted(set(overrides) - {"LOW_PRECISION_INTERMEDIATES", "FLOAT32_DOT"})
+    """Inside the block the module-level settings named (LOW_PRECISION_INTERMEDIATES and FUSE_OUTPUT: bools,
+    FLOAT32_DOT: one of FLOAT32_DOTS) take the given values for the calls made in it (a backward follows the
+    plan its forward made); the previous ones are back after it, also after an error. The benchmark and the
+    test matrix try the alternatives with it."""
+    unknown = sorted(set(overrides) - {"LOW_PRECISION_INTERMEDIATES", "FUSE_OUTPUT", "FLOAT32_DOT"})
     if unknown:
-        raise ValueError(f"kernel_settings takes LOW_PRECISION_INTERMEDIATES and FLOAT32_DOT, got {unknown}")
-    if not isinstance(overrides.get("LOW_PRECISION_INTERMEDIATES", True), bool):
-        raise ValueError(f"LOW_PRECISION_INTERMEDIATES must be a bool, got "
-                         f"{overrides['LOW_PRECISION_INTERMEDIATES']!r}")
+        raise ValueError(f"kernel_settings takes LOW_PRECISION_INTERMEDIATES, FUSE_OUTPUT and FLOAT32_DOT, got "
+                         f"{unknown}")
+    for name in ("LOW_PRECISION_INTERMEDIATES", "FUSE_OUTPUT"):
+        if not isinstance(overrides.get(name, True), bool):
+            raise ValueError(f"{name} must be a bool, got {overrides[name]!r}")
     if overrides.get("FLOAT32_DOT", FLOAT32_DOTS[0]) not in FLOAT32_DOTS:
         raise ValueError(f"FLOAT32_DOT must be one of {FLOAT32_DOTS}, got {overrides['FLOAT32_DOT']!r}")
     previous = {name: globals()[name] for name in overrides}
@@ -573,11 +599,31 @@ def _check_gate_options(safe_gate, lower_bound):
 FLOAT32_SHARED_MEMORY = 163840
 
 
+def _shared_memory(device):
+    """The shared memory (bytes) that a block may take on ``device`` if it is a GPU; None on the CPU."""
+    if device.type != "cuda":
+        return None
+    return _device_shared_memory(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _device_shared_memory(index):
+    """The driver's answer for GPU ``index``, asked once: asked on every call, it made the H200's forward wait on
+    the host, about a millisecond a call, longer than the kernels took."""
+    return triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"]
+
+
+def _fused_scan_stages(shared_memory):
+    """The pipeline stages of the scan that also writes the output, for blocks of ``shared_memory`` bytes (None:
+    no GPU): FUSED_SCAN_STAGES, one fewer below FLOAT32_SHARED_MEMORY, where an L4's 99 KiB cannot hold three
+    stages of its five 16-bit tiles (tools/hopper_compile_check.py)."""
+    return FUSED_SCAN_STAGES - (shared_memory is not None and shared_memory < FLOAT32_SHARED_MEMORY)
+
+
 def _check_shared_memory(q):
     """Refuse float32 inputs on a GPU whose blocks have less shared memory than their tiles need."""
     if q.is_cuda and q.dtype == torch.float32:
-        index = q.device.index if q.device.index is not None else torch.cuda.current_device()
-        have = triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"]
+        have = _shared_memory(q.device)
         if have < FLOAT32_SHARED_MEMORY:
             raise ValueError(f"q is float32, whose tiles need {FLOAT32_SHARED_MEMORY} bytes of shared memory per "
                              f"block; {torch.cuda.get_device_name(q.device)} has {have}: pass bfloat16 or float16")
@@ -645,35 +691,43 @@ def _wy_states(q, k, v, g, b, w, A, p: _Plan, store_G=False, store_AZ=True, tile
     chunk_gdn2_fwd_wy_kernel[(n_chunks, H)](
         q, k, v, g, b, w, A, AE, AZ, KG, QG, GN, G, p.cu, p.chunks, p.scale, H=H, K=K, V=V, BT=64,
         BK=min(_block_width(K), tiles["BK"]), BV=_block_width(V, tiles["BV"]),
-        STORE_G=store_G, STORE_AZ=store_AZ, DOT=p.DOT, num_warps=tiles["num_warps"], num_stages=2)
+        STORE_G=store_G, STORE_AZ=store_AZ, DOT=p.DOT, num_warps=tiles["num_warps"],
+        num_stages=tiles.get("num_stages", 2))
     return dict(AE=AE, AZ=AZ, KG=KG, QG=QG, GN=GN, G=G)
 
 
-def _scan_states(f, initial_state, output_final_state, p: _Plan):
-    """The scan launch on the WY results f (AE, AZ, KG, GN). Returns the dict of its results: R [B, T, H, V]
-    and h [chunks, H, K, V] in p.store, ht [N, H, K, V] float32 or None."""
+def _scan_states(f, initial_state, output_final_state, p: _Plan, o=None, store_states=True):
+    """The scan launch on the WY results f (AE, AZ, KG, GN; with o also QG and Aqk). Returns the dict of its
+    results: R [B, T, H, V] and h [chunks, H, K, V] in p.store (None unless store_states), ht [N, H, K, V]
+    float32 or None, and o [B, T, H, V] as given: if it is not None, the scan writes the output into it."""
     H, K, V = p.H, p.K, p.V
+    device = f["AE"].device
     BK = _block_width(K)
-    BV = _scan_value_block(SCAN_TILES["BV"], p.N, H, V, f["AE"].device)
-    R = torch.empty(p.B, p.T, H, V, dtype=p.store, device=f["AE"].device)
-    h = torch.empty(p.chunks.shape[0], H, K, V, dtype=p.store, device=R.device)
+    BV = _scan_value_block(SCAN_TILES["BV"], p.N, H, V, device)
+    R = torch.empty(p.B, p.T, H, V, dtype=p.store, device=device) if store_states else None
+    h = torch.empty(p.chunks.shape[0], H, K, V, dtype=p.store, device=device) if store_states else None
     h0 = initial_state.to(torch.float32).contiguous() if initial_state is not None else None
-    ht = R.new_empty(p.N, H, K, V, dtype=torch.float32) if output_final_state else None
+    ht = torch.empty(p.N, H, K, V, dtype=torch.float32, device=device) if output_final_state else None
+    QG, Aqk = (f["QG"], f["Aqk"]) if o is not None else (None, None)
+    stages = SCAN_TILES["num_stages"] if o is None else _fused_scan_stages(_shared_memory(device))
     chunk_gdn2_fwd_scan_kernel[(triton.cdiv(V, BV), p.N * H)](
-        f["AE"], f["AZ"], f["KG"], f["GN"], h, R, h0, ht, p.cu, p.chunk_offsets, H=H, K=K, V=V, BT=64, BK=BK,
-        BV=BV, USE_INITIAL_STATE=h0 is not None, STORE_FINAL_STATE=ht is not None, DOT=p.DOT,
+        f["AE"], f["AZ"], f["KG"], f["GN"], h, R, h0, ht, QG, Aqk, o, p.cu, p.chunk_offsets, H=H, K=K, V=V,
+        BT=64, BK=BK, BV=BV, USE_INITIAL_STATE=h0 is not None, STORE_FINAL_STATE=ht is not None,
+        STORE_STATES=store_states, WRITE_OUTPUT=o is not None, DOT=p.DOT,
         num_warps=SCAN_TILES["num_warps"] if BK > 64 else 4,
-        num_stages=SCAN_TILES["num_stages"] if p.store != torch.float32 and K <= 128 else 1)  # else they fill
-    # shared memory: float32 tiles, or K = 256, where Triton 3.6 asked 288 KiB of an H200's 227 for four stages
-    return dict(h=h, R=R, ht=ht)
+        num_stages=stages if p.store != torch.float32 and K <= 128 else 1)  # else they fill shared memory:
+    # float32 tiles, or K = 256, where Triton 3.6 asked 288 KiB of an H200's 227 for four stages
+    return dict(h=h, R=R, ht=ht, o=o)
 
 
-def _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p: _Plan, store_G=False, intra=None):
+def _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p: _Plan, store_G=False, intra=None,
+                    o=None, store_states=True):
     """The intra (unless their results are given as intra, the dict of _intra_states), WY and scan launches on
-    contiguous inputs. Returns one dict of the results of _intra_states, _wy_states and _scan_states."""
+    contiguous inputs, o and store_states as _scan_states takes them. Returns one dict of the results of
+    _intra_states, _wy_states and _scan_states."""
     f = _intra_states(q, k, g, b, p) if intra is None else intra
     f = dict(f, **_wy_states(q, k, v, g, b, w, f["A"], p, store_G))
-    return dict(f, **_scan_states(f, initial_state, output_final_state, p))
+    return dict(f, **_scan_states(f, initial_state, output_final_state, p, o, store_states))
 
 
 def _output_value_block(K, V):
@@ -695,8 +749,9 @@ def _forward_output(v, f, p: _Plan):
 
 def chunk_gdn2_fwd(q, k, v, g, b, w, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
                    safe_gate=False, lower_bound=None):
-    """Gated DeltaNet-2 forward by chunks of 64 tokens, in four Triton kernels (FLA's ``chunk_gdn2`` semantics),
-    without autograd: ``chunk_gdn2`` of Chapter 10 is the differentiable entry point.
+    """Gated DeltaNet-2 forward by chunks of 64 tokens in Triton (FLA's ``chunk_gdn2`` semantics): the intra, WY
+    and scan kernels, the scan writing the output (FUSE_OUTPUT), without autograd: ``chunk_gdn2`` of Chapter 10
+    is the differentiable entry point.
 
     q, k: [B, T, H, K]; v: [B, T, H, V]; g: [B, T, H, K] natural-log decay (any g <= 0); b: [B, T, H, K] erase
     gate; w: [B, T, H, V] write gate; float32, bfloat16 or float16. scale: None for K ** -0.5. Without
@@ -710,6 +765,10 @@ def chunk_gdn2_fwd(q, k, v, g, b, w, scale=None, initial_state=None, output_fina
     p = _plan(q, k, v, g, b, w, scale, initial_state, cu_seqlens, safe_gate, lower_bound)
     q, k, v, g, b, w = (x.contiguous() for x in (q, k, v, g, b, w))
     with torch.no_grad(), _on_device(q):
+        if FUSE_OUTPUT:                  # no backward follows: the states need not be stored
+            f = _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p, o=torch.empty_like(v),
+                                store_states=False)
+            return f["o"], f["ht"]
         f = _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p)
         return _forward_output(v, f, p), f["ht"]
 

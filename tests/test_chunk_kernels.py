@@ -138,6 +138,7 @@ def test_shipped_kernel_settings():
     that pins them. The tests of the switches compare with the value found before they ran."""
     assert chunk_kernels.LOW_PRECISION_INTERMEDIATES is True
     assert chunk_kernels.FLOAT32_DOT == "ieee"
+    assert chunk_kernels.FUSE_OUTPUT is True
 
 
 def test_float32_dot_setting_reaches_the_plan_and_is_checked(monkeypatch):
@@ -162,6 +163,7 @@ def test_baseline_inputs_names_bad_arguments(kwargs, name):
 
 @pytest.mark.parametrize("overrides, message", [(dict(FLOAT32_DOT="tf16"), "FLOAT32_DOT must be one of"),
                                                 (dict(LOW_PRECISION_INTERMEDIATES=1), "must be a bool"),
+                                                (dict(FUSE_OUTPUT="yes"), "FUSE_OUTPUT must be a bool"),
                                                 (dict(TILES=1), "kernel_settings takes")])
 def test_kernel_settings_refuses_bad_values_by_name(overrides, message):
     from gdn2edu import chunk_kernels
@@ -209,3 +211,43 @@ def test_intra_launch_passes_a_register_cap_only_when_the_table_has_one(monkeypa
         ck._launch_intra(q, k, g, b, None, None, None, p, 1)
     assert [s["maxnreg"] for s in seen] == [None, 168]
     assert all(s["num_warps"] == ck.INTRA_TILES["num_warps"] for s in seen)
+
+
+@pytest.mark.parametrize("dtype, offsets", [(torch.float32, None), (torch.float16, None),
+                                            (torch.float16, [0, 5, 70, 190])])
+def test_the_scan_that_writes_the_output_changes_no_value(dtype, offsets):
+    """FUSE_OUTPUT: the scan forms O = Q_g h + Aqk R from h and R rounded as the output kernel would read them,
+    so the output, the final state, the states kept for the backward and the gradients are bit for bit those
+    of the four-kernel forward, with tails, packed sequences and an initial state."""
+    from gdn2edu.chunk_backward_kernels import chunk_gdn2 as chunk_gdn2_autograd
+    x = [t.to(dtype) if i not in (3,) else t.float() for i, t in enumerate(make_inputs(1, 190, 2, 32, 16, seed=9))]
+    cu = None if offsets is None else torch.tensor(offsets)
+    S0 = torch.randn(1 if cu is None else 3, 2, 32, 16)
+    results = {}
+    for fuse in (False, True):
+        with chunk_kernels.kernel_settings(FUSE_OUTPUT=fuse):
+            o, S = chunk_gdn2(*x, initial_state=S0, output_final_state=True, cu_seqlens=cu)
+            leaves = [t.clone().requires_grad_() for t in x]
+            o_grad, _ = chunk_gdn2_autograd(*leaves, initial_state=S0, cu_seqlens=cu)
+            grads = torch.autograd.grad((o_grad.float() * torch.linspace(-1, 1, o_grad.numel()).view_as(o_grad)).sum(),
+                                        leaves)
+        results[fuse] = (o, S, o_grad, *grads)
+    assert all(torch.equal(a, b) for a, b in zip(results[False], results[True]))
+    assert torch.isfinite(results[True][0]).all()
+
+
+def test_an_inference_forward_stores_no_states(monkeypatch):
+    """Without a backward to follow, the scan writes o and neither h nor R; the forward of an autograd call
+    keeps them (KEPT), and recompute_states=True (KEPT_LEAN) lets its backward run the scan again instead."""
+    from gdn2edu.chunk_backward_kernels import chunk_gdn2 as chunk_gdn2_autograd
+    seen = []
+    scan_states = chunk_kernels._scan_states
+    monkeypatch.setattr(chunk_kernels, "_scan_states",
+                        lambda *a, **kw: seen.append(scan_states(*a, **kw)) or seen[-1])
+    x = _inputs()
+    chunk_gdn2(*x)
+    leaves = [t.clone().requires_grad_() for t in x]
+    chunk_gdn2_autograd(*leaves)
+    chunk_gdn2_autograd(*leaves, recompute_states=True)
+    stored = [(f["h"] is not None, f["R"] is not None, f["o"] is not None) for f in seen]
+    assert stored == [(False, False, True), (True, True, True), (False, False, True)], stored

@@ -122,8 +122,8 @@ def test_a_tile_setting_is_compiled_and_recorded(root, tmp_path):
 
 def test_the_16_bit_pointer_lists_follow_the_stored_types(root):
     """The package stores Aqk in the intermediates' type and A in float32 (an interpreter run with float16
-    inputs says so): the 16-bit launches of Aqk's writer (intra) and its two readers (output, reverse scan)
-    take it as a 16-bit pointer, and none takes A as one."""
+    inputs says so): the 16-bit launches of Aqk's writer (intra) and its readers (the forward scan that
+    writes the output, the output kernel, the reverse scan) take it as a 16-bit pointer, and none takes A."""
     stored = ("import os; os.environ['TRITON_INTERPRET'] = '1'\n"
               "import torch; from gdn2edu import chunk_kernels as ck\n"
               "x = [torch.rand(1, 64, 1, 16).half() for _ in range(6)]\n"
@@ -136,8 +136,8 @@ def test_the_16_bit_pointer_lists_follow_the_stored_types(root):
     stored_out, pointers_out = (run_code(root, code) for code in (stored, pointers))
     assert stored_out.split() == ["torch.float16", "torch.float32"], stored_out
     lines = set(pointers_out.splitlines())
-    assert lines == {f"{name} True False" for name in ("chunk_gdn2_fwd_intra_kernel", "chunk_gdn2_fwd_output_kernel",
-                                                       "chunk_gdn2_bwd_scan_kernel")}, lines
+    readers = ("chunk_gdn2_fwd_scan_kernel", "chunk_gdn2_fwd_output_kernel", "chunk_gdn2_bwd_scan_kernel")
+    assert lines == {f"{name} True False" for name in ("chunk_gdn2_fwd_intra_kernel", *readers)}, lines
 
 
 def test_tile_settings_are_restored_after_main(root):
@@ -173,7 +173,8 @@ def test_a_register_cap_on_the_intra_kernel_is_compiled_recorded_and_removed_aft
 @pytest.mark.parametrize("K", [128, 256])
 def test_the_forward_scan_is_compiled_as_chunk_gdn2_launches_it(root, K):
     """launches() must mirror the host code: the 16-bit forward scan's key block, warps and stages as _scan_states
-    passes them (one stage past K = 128), read from a fake kernel that records the launch."""
+    passes them (one stage past K = 128), without and with the output, read from a fake kernel that records the
+    launches."""
     code = ("import os; os.environ['TRITON_INTERPRET'] = '1'\n"
             "import sys; sys.path.insert(0, 'tools'); import torch\n"
             "import hopper_compile_check as h\n"
@@ -189,9 +190,11 @@ def test_the_forward_scan_is_compiled_as_chunk_gdn2_launches_it(root, K):
             "p = ck._plan(*x, None, None, None, False, None)\n"
             "f = dict(AE=x[0], AZ=x[2], KG=x[1], GN=torch.rand(1, 1, K))\n"
             "ck._scan_states(f, None, False, p)\n"
-            "launch = [(c['BK'], w, s) for k, c, w, s, bf16 in h.launches(K, K)\n"
+            "ck._scan_states(dict(f, QG=x[0], Aqk=x[0]), None, False, p, o=x[2], store_states=False)\n"
+            "launch = [(c['BK'], c['WRITE_OUTPUT'], w, s) for k, c, w, s, bf16 in h.launches(K, K)\n"
             "          if k is ck.chunk_gdn2_fwd_scan_kernel and bf16]\n"
-            "print(launch == [(seen[0]['BK'], seen[0]['num_warps'], seen[0]['num_stages'])], launch, seen[0]['BK'])")
+            "host = [(kw['BK'], kw['WRITE_OUTPUT'], kw['num_warps'], kw['num_stages']) for kw in seen]\n"
+            "print(launch == host, launch, host)")
     stdout = run_code(root, code)
     assert stdout.split()[0] == "True", stdout
 
@@ -250,19 +253,22 @@ def test_loads_left_in_loops_follow_the_nesting(root, tmp_path):
 
 
 def test_the_forward_scan_leaves_its_gamma_vector_unpipelined(root):
-    """--loop-loads on the 16-bit forward scan, its pointers aligned as a launch has them, names the one load
-    its loop does not pipeline and its source line: the chunk's gamma_n vector, K = 128 float32 (the tiles
-    that feed its products are asynchronous copies). Without --aligned no 16-bit tile is pipelined."""
+    """--loop-loads on the 16-bit forward scan (as the backward runs it again, and as the forward runs it with
+    the output), its pointers aligned as a launch has them, names the one load its loop does not pipeline and
+    its source line: the next chunk's gamma_n vector, K = 128 float32, which the loop issues a step ahead (the
+    tiles that feed its products are asynchronous copies). Without --aligned no 16-bit tile is pipelined."""
     result = run_tool(root, "--loop-loads", "--aligned", "--arch", "sm_90", "--dim", "128", "--kernels",
                       "chunk_gdn2_fwd_scan_kernel")
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     bf16 = [line for line in result.stdout.splitlines() if "(bf16," in line]
-    left = re.search(r"loads left in loops: 1 \(128xf32 at chunk_kernels\.py:(\d+)\)$", bf16[0] if bf16 else "")
-    assert len(bf16) == 1 and left, result.stdout
-    source = (root / "gdn2edu" / "chunk_kernels.py").read_text().splitlines()[int(left.group(1)) - 1]
-    assert "tl.load(GN" in source, source
+    assert len(bf16) == 2 and "WRITE_OUTPUT" in bf16[1], result.stdout
+    for line in bf16:
+        left = re.search(r"loads left in loops: 1 \(128xf32 at chunk_kernels\.py:(\d+)\)$", line)
+        assert left, line
+        source = (root / "gdn2edu" / "chunk_kernels.py").read_text().splitlines()[int(left.group(1)) - 1]
+        assert "b_gn_next = tl.load(GN" in source, source
     unaligned = run_tool(root, "--loop-loads", "--arch", "sm_90", "--dim", "128", "--kernels",
                          "chunk_gdn2_fwd_scan_kernel")
     assert unaligned.returncode == 0, unaligned.stdout + unaligned.stderr[-3000:]
     bf16 = [line for line in unaligned.stdout.splitlines() if "(bf16," in line]
-    assert len(bf16) == 1 and "loads left in loops: 4 " in bf16[0], unaligned.stdout
+    assert [line.split("loads left in loops: ")[1].split()[0] for line in bf16] == ["4", "6"], unaligned.stdout

@@ -33,7 +33,10 @@ CANDIDATES = {
                     # crosses a step of the register allocation: Chapter 11), spilling what
                     # results/compile_intra_rows_maxnreg*.json record
                     *(dict(BK=16, num_warps=1, num_stages=2, maxnreg=cap) for cap in (168, 128, 96))],
-    "WY_TILES": [dict(BK=32, BV=64, num_warps=4), dict(BK=32, BV=32, num_warps=2), dict(BK=64, BV=64, num_warps=4)],
+    # the WY kernel's stages (2 until the eighth sweep, fixed at the launch) and, at the winner, its blocks and warps
+    "WY_TILES": [dict(BK=32, BV=64, num_warps=2, num_stages=s) for s in (1, 2, 3, 4)]
+                + [dict(BK=32, BV=64, num_warps=4, num_stages=3), dict(BK=32, BV=32, num_warps=2, num_stages=3),
+                   dict(BK=64, BV=64, num_warps=4, num_stages=3)],
     "SCAN_TILES": [dict(BV=32, num_warps=4, num_stages=4), dict(BV="auto", num_warps=4, num_stages=3),
                    # fewer stages (less shared memory: more than one block per SM where the grid has more
                    # programs than SMs) or more warps per block (at batch 1 the grid is one wave)

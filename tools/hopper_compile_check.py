@@ -93,17 +93,21 @@ def signature(kernel, bf16=()):
     return types
 
 
-def launches(K, V, fp32_dot=None):
+def launches(K, V, fp32_dot=None, shared_memory=None):
     """(kernel, constexprs, num_warps, num_stages, bf16 pointers) as the host code launches them at
     K, V: float32 inputs, and for the scans and the backward also bf16 inputs with their 16-bit
     intermediates; the layer's short convolution (D = H * K, W = 4) at K = 128 only; the output norm at D = V;
     the L2 normalisation of q, k at D = K.
-    The float32 launches' products use ``fp32_dot`` (None: chunk_kernels.FLOAT32_DOT), the bf16 ones "tf32"."""
+    The float32 launches' products use ``fp32_dot`` (None: chunk_kernels.FLOAT32_DOT), the bf16 ones "tf32";
+    ``shared_memory``, a block's bytes on the target (None: a Hopper's), picks the stages that depend on it."""
     f32 = ck.FLOAT32_DOT if fp32_dot is None else fp32_dot
     intra, wy, scan, out = ck.INTRA_TILES, ck.WY_TILES, ck.SCAN_TILES, ck.OUTPUT_TILES
     # a package older than BWD_WY_TILES (an older commit on PYTHONPATH) recomputed WY with the forward's tiles
     bscan, blocal, binputs = cb.BWD_SCAN_TILES, cb.BWD_LOCAL_TILES, cb.BWD_INPUTS_TILES
     bwy = getattr(cb, "BWD_WY_TILES", wy)
+    # a package older than the scan that writes the output launched the scan in one form, without its flags
+    fused = getattr(ck, "_fused_scan_stages", None)
+    scan_forms = ((False, scan["num_stages"]),) + (((True, fused(shared_memory)),) if fused else ())
     conv = sc.CONV_TILES
     # both scans' value blocks; "auto" picks at most 64, which is what it picks without a GPU: the largest tiles
     scan_bv, fscan_bv = (ck._scan_value_block(t["BV"], 1, H, V, torch.device("cpu")) for t in (bscan, scan))
@@ -120,14 +124,18 @@ def launches(K, V, fp32_dot=None):
         # the WY kernel as the forward launches it (AZ, no G), as the default backward's recomputation does (G, no
         # AZ) and as a recomputation of the scan too does (G and AZ: recompute_states, disable_recompute)
         *((ck.chunk_gdn2_fwd_wy_kernel, dict(H=H, K=K, V=V, BT=64, BK=t["BK"], BV=t["BV"], STORE_G=store_G,
-                                             STORE_AZ=store_AZ, DOT=dot), t["num_warps"], 2, pointers)
+                                             STORE_AZ=store_AZ, DOT=dot), t["num_warps"],
+           t.get("num_stages", 2), pointers)
           for dot, pointers in ((f32, ()), ("tf32", WY_BF16))
           for store_G, store_AZ, t in ((False, True, wy), (True, False, bwy), (True, True, wy))),
-        (ck.chunk_gdn2_fwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=fscan_bv, USE_INITIAL_STATE=True,
-                                             STORE_FINAL_STATE=True, DOT=f32), scan["num_warps"], 1, ()),
-        (ck.chunk_gdn2_fwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=fscan_bv, USE_INITIAL_STATE=True,
-                                             STORE_FINAL_STATE=True, DOT="tf32"),
-         scan["num_warps"], scan["num_stages"] if K <= 128 else 1, ("AE", "AZ", "KG", "h", "R")),   # as launched
+        # the forward scan as the backward's recomputation launches it (states, no output) and as the forward
+        # does (the output, and the states that the backward keeps), in float32 and with 16-bit intermediates
+        *((ck.chunk_gdn2_fwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=fscan_bv, USE_INITIAL_STATE=True,
+                                               STORE_FINAL_STATE=True, DOT=dot,
+                                               **(dict(STORE_STATES=True, WRITE_OUTPUT=output) if fused else {})),
+           scan["num_warps"], stages if pointers and K <= 128 else 1, pointers)
+          for dot, pointers in ((f32, ()), ("tf32", ("AE", "AZ", "KG", "h", "R", "QG", "Aqk", "o")))
+          for output, stages in scan_forms),
         *((ck.chunk_gdn2_fwd_output_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=ck._output_value_block(K, V),
                                                  DOT=dot), out["num_warps"], 2, pointers)
           for dot, pointers in ((f32, ()), ("tf32", ("QG", "h", "Aqk", "R", "o")))),
@@ -370,14 +378,14 @@ def check(target, limit, dim, registers, kernels, fp32_dot, aligned=False, recor
     gets a dict per launch, with its registers, stack and loads_left_in_loops (``arch`` names the target there);
     ``loop_loads`` prints those loads too."""
     failures = compiled = 0
-    for kernel, constexprs, num_warps, num_stages, bf16 in launches(dim, dim, fp32_dot):
+    for kernel, constexprs, num_warps, num_stages, bf16 in launches(dim, dim, fp32_dot, limit):
         name = kernel.fn.__name__
         if name not in kernels or (limit < ck.FLOAT32_SHARED_MEMORY and "DOT" in constexprs and not bf16):
             continue
         inputs = inputs_label(constexprs, bf16)
         label = (f", dot {constexprs['DOT']}" if "DOT" in constexprs else "") + \
             (f", MODE {constexprs['MODE']}" if "MODE" in constexprs else "") + \
-            "".join(f", {flag}" for flag in ("STORE_G", "STORE_AZ") if constexprs.get(flag))
+            "".join(f", {flag}" for flag in ("STORE_G", "STORE_AZ", "WRITE_OUTPUT") if constexprs.get(flag))
         options = dict(num_warps=num_warps, num_stages=num_stages)
         # OPTIONAL_TILE_KEYS' one entry: the register cap that _launch_intra hands to Triton when INTRA_TILES has it
         if kernel is ck.chunk_gdn2_fwd_intra_kernel and "maxnreg" in ck.INTRA_TILES:
