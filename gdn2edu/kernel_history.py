@@ -53,3 +53,12 @@ def same_kernels(commit_a, commit_b, paths=KERNEL_FILES):
     if any(None in pair for pair in pairs):
         return None
     return all(a and a == b for a, b in pairs)
+
+
+def changed_kernels(commit_a, commit_b, path=KERNEL_FILES[0]):
+    """The names of the kernel_sources of ``path`` that differ between the two commits (one that only one of
+    them has counts), or None where the whole history is not at hand."""
+    a, b = kernel_sources(commit_a, path), kernel_sources(commit_b, path)
+    if a is None or b is None:
+        return None
+    return {name for name in a.keys() | b.keys() if a.get(name) != b.get(name)}

@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from gdn2edu.kernel_history import KERNEL_FILES, _checkout, kernel_sources, same_kernels
+from gdn2edu.kernel_history import KERNEL_FILES, _checkout, changed_kernels, kernel_sources, same_kernels
 
 ROOT = _checkout()                   # None without the whole history: the functions then answer None
 needs_history = pytest.mark.skipif(ROOT is None, reason="no complete git history here")
@@ -36,10 +36,20 @@ def test_same_kernels_sees_a_changed_kernel():
     assert same_kernels("e6c4116", "f30021e") is True
 
 
+@needs_history
+def test_changed_kernels_names_what_a_commit_changed():
+    """19d4214 made the forward scan write the output and gave the WY kernel its stages in WY_TILES, and nothing
+    else among the forward's kernels and tables; its backward file's kernels stayed as they were."""
+    assert changed_kernels("19d4214~1", "19d4214") == {"chunk_gdn2_fwd_scan_kernel", "WY_TILES"}
+    assert changed_kernels("19d4214~1", "19d4214", KERNEL_FILES[1]) == set()
+    assert changed_kernels("HEAD", "HEAD") == set()
+
+
 def test_without_history_every_answer_is_none(monkeypatch):
     import gdn2edu.kernel_history as kh
     monkeypatch.setattr(kh, "_checkout", lambda: None)
     assert kh.kernel_sources("HEAD", KERNEL_FILES[0]) is None and kh.same_kernels("HEAD", "HEAD") is None
+    assert kh.changed_kernels("HEAD", "HEAD") is None
 
 
 @pytest.mark.parametrize("paths", ["gdn2edu/chunk_kernels.py", ()])
