@@ -493,6 +493,8 @@ def plan_benchmark(args, result):
                           "fp32_dot": args.fp32_dot or chunk_kernels.FLOAT32_DOT,
                           "low_precision_intermediates": (chunk_kernels.LOW_PRECISION_INTERMEDIATES
                                                           and not args.fp32_intermediates),
+                          "fuse_output": chunk_kernels.FUSE_OUTPUT,
+                          "fused_scan_stages": chunk_kernels.FUSED_SCAN_STAGES,
                           "tiles": {**{name: dict(getattr(chunk_kernels, name)) for name in FORWARD_TILE_TABLES},
                                     **{name: dict(table) for name, table in BACKWARD_TILE_TABLES.items()}}}
     cache = {}

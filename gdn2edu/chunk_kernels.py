@@ -608,8 +608,8 @@ def _shared_memory(device):
 
 @functools.lru_cache(maxsize=None)
 def _device_shared_memory(index):
-    """The driver's answer for GPU ``index``, asked once: asked on every call, it made the H200's forward wait on
-    the host, about a millisecond a call, longer than the kernels took."""
+    """The driver's answer for GPU ``index``, asked once: asked on every call, it made a probe's forward on the
+    H200 wait on the host (not recorded: the next probe, with this cache, did not)."""
     return triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"]
 
 

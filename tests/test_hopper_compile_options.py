@@ -173,8 +173,8 @@ def test_a_register_cap_on_the_intra_kernel_is_compiled_recorded_and_removed_aft
 @pytest.mark.parametrize("K", [128, 256])
 def test_the_forward_scan_is_compiled_as_chunk_gdn2_launches_it(root, K):
     """launches() must mirror the host code: the 16-bit forward scan's key block, warps and stages as _scan_states
-    passes them (one stage past K = 128), without and with the output, read from a fake kernel that records the
-    launches."""
+    passes them (one stage past K = 128), in its three forms (states without the output, both, the output
+    without states), read from a fake kernel that records the launches."""
     code = ("import os; os.environ['TRITON_INTERPRET'] = '1'\n"
             "import sys; sys.path.insert(0, 'tools'); import torch\n"
             "import hopper_compile_check as h\n"
@@ -190,10 +190,12 @@ def test_the_forward_scan_is_compiled_as_chunk_gdn2_launches_it(root, K):
             "p = ck._plan(*x, None, None, None, False, None)\n"
             "f = dict(AE=x[0], AZ=x[2], KG=x[1], GN=torch.rand(1, 1, K))\n"
             "ck._scan_states(f, None, False, p)\n"
+            "ck._scan_states(dict(f, QG=x[0], Aqk=x[0]), None, False, p, o=x[2])\n"
             "ck._scan_states(dict(f, QG=x[0], Aqk=x[0]), None, False, p, o=x[2], store_states=False)\n"
-            "launch = [(c['BK'], c['WRITE_OUTPUT'], w, s) for k, c, w, s, bf16 in h.launches(K, K)\n"
+            "flags = lambda c: (c['STORE_STATES'], c['WRITE_OUTPUT'])\n"
+            "launch = [(c['BK'], *flags(c), w, s) for k, c, w, s, bf16 in h.launches(K, K)\n"
             "          if k is ck.chunk_gdn2_fwd_scan_kernel and bf16]\n"
-            "host = [(kw['BK'], kw['WRITE_OUTPUT'], kw['num_warps'], kw['num_stages']) for kw in seen]\n"
+            "host = [(kw['BK'], *flags(kw), kw['num_warps'], kw['num_stages']) for kw in seen]\n"
             "print(launch == host, launch, host)")
     stdout = run_code(root, code)
     assert stdout.split()[0] == "True", stdout
@@ -254,14 +256,14 @@ def test_loads_left_in_loops_follow_the_nesting(root, tmp_path):
 
 def test_the_forward_scan_leaves_its_gamma_vector_unpipelined(root):
     """--loop-loads on the 16-bit forward scan (as the backward runs it again, and as the forward runs it with
-    the output), its pointers aligned as a launch has them, names the one load its loop does not pipeline and
+    the output, with the states and without), its pointers aligned as a launch has them, names the one load its loop does not pipeline and
     its source line: the next chunk's gamma_n vector, K = 128 float32, which the loop issues a step ahead (the
     tiles that feed its products are asynchronous copies). Without --aligned no 16-bit tile is pipelined."""
     result = run_tool(root, "--loop-loads", "--aligned", "--arch", "sm_90", "--dim", "128", "--kernels",
                       "chunk_gdn2_fwd_scan_kernel")
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     bf16 = [line for line in result.stdout.splitlines() if "(bf16," in line]
-    assert len(bf16) == 2 and "WRITE_OUTPUT" in bf16[1], result.stdout
+    assert len(bf16) == 3 and all("WRITE_OUTPUT" in line for line in bf16[1:]), result.stdout
     for line in bf16:
         left = re.search(r"loads left in loops: 1 \(128xf32 at chunk_kernels\.py:(\d+)\)$", line)
         assert left, line
@@ -271,4 +273,4 @@ def test_the_forward_scan_leaves_its_gamma_vector_unpipelined(root):
                          "chunk_gdn2_fwd_scan_kernel")
     assert unaligned.returncode == 0, unaligned.stdout + unaligned.stderr[-3000:]
     bf16 = [line for line in unaligned.stdout.splitlines() if "(bf16," in line]
-    assert [line.split("loads left in loops: ")[1].split()[0] for line in bf16] == ["4", "6"], unaligned.stdout
+    assert [line.split("loads left in loops: ")[1].split()[0] for line in bf16] == ["4", "6", "6"], unaligned.stdout

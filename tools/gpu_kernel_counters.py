@@ -8,7 +8,8 @@ throughput against the device's peaks, and why warps were not issued (the stall 
 The tool runs itself again under ``ncu`` (``--target``): that process calls ``chunk_gdn2_fwd`` three times and
 ``ncu`` records the launches of the third, the first two being warm-up (compilation, caches). The default
 path launches the intra kernel twice (mode 1, then mode 2 on the flagged chunks: none at the baseline's gates,
-so its programs return at once); both launches are recorded, in launch order.
+so its programs return at once); both launches are recorded, in launch order. The scan writes the output
+(chunk_kernels.FUSE_OUTPUT): four launches a forward, five when the output kernel runs after the scan.
 """
 
 import argparse
@@ -34,8 +35,7 @@ METRICS = ("Duration", "Registers Per Thread", "Block Size", "Grid Size", "Dynam
 # the cycles per issued instruction, "selected" being the issuing warp's own cycle), requested by name pattern
 STALL_PREFIX, STALL_SUFFIX = "smsp__average_warps_issue_stalled_", "_per_issue_active.ratio"
 STALL_METRICS = rf"regex:^{STALL_PREFIX}.*{STALL_SUFFIX.replace('.', '[.]')}$"
-KERNEL_PREFIX = "chunk_gdn2_fwd_"          # the forward's kernels: intra, wy, scan, output
-LAUNCHES_PER_FORWARD = 5                   # intra twice (modes 1 and 2), wy, scan, output
+KERNEL_PREFIX = "chunk_gdn2_fwd_"          # the forward's kernels: intra, wy, scan (and output)
 FORWARDS = 3                               # the last one is recorded
 
 
@@ -116,13 +116,16 @@ def main(argv=None):
     ncu = shutil.which("ncu")
     if ncu is None:
         raise SystemExit("gpu_kernel_counters.py needs NVIDIA Nsight Compute's ncu on the PATH")
+    from gdn2edu import chunk_kernels
     from gdn2edu.bench import provenance
 
+    # intra twice (modes 1 and 2), wy, the scan, and the output kernel unless the scan writes the output
+    launches_per_forward = 4 + (not chunk_kernels.FUSE_OUTPUT)
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "details.csv"
         command = [ncu, "--clock-control", "none", "--csv", "--page", "details", "--log-file", str(log),
-                   "-k", f"regex:{KERNEL_PREFIX}", "-s", str((FORWARDS - 1) * LAUNCHES_PER_FORWARD),
-                   "-c", str(LAUNCHES_PER_FORWARD), *(a for s in SECTIONS for a in ("--section", s)),
+                   "-k", f"regex:{KERNEL_PREFIX}", "-s", str((FORWARDS - 1) * launches_per_forward),
+                   "-c", str(launches_per_forward), *(a for s in SECTIONS for a in ("--section", s)),
                    "--metrics", STALL_METRICS,
                    sys.executable, str(Path(__file__).resolve()), "--target", "--shape",
                    ",".join(map(str, args.shape))]
@@ -131,8 +134,8 @@ def main(argv=None):
             raise SystemExit(f"ncu failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
         text = log.read_text() if log.exists() else ""
         launches = parse_details(text if '"ID"' in text else done.stdout)     # the log, or where ncu printed it
-    if len(launches) != LAUNCHES_PER_FORWARD or not all(x["kernel"].startswith(KERNEL_PREFIX) for x in launches):
-        raise SystemExit(f"expected the {LAUNCHES_PER_FORWARD} launches of one forward, got "
+    if len(launches) != launches_per_forward or not all(x["kernel"].startswith(KERNEL_PREFIX) for x in launches):
+        raise SystemExit(f"expected the {launches_per_forward} launches of one forward, got "
                          f"{[x['kernel'] for x in launches]}")
     version = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
     inputs = target_inputs(done.stdout)

@@ -105,9 +105,11 @@ def launches(K, V, fp32_dot=None, shared_memory=None):
     # a package older than BWD_WY_TILES (an older commit on PYTHONPATH) recomputed WY with the forward's tiles
     bscan, blocal, binputs = cb.BWD_SCAN_TILES, cb.BWD_LOCAL_TILES, cb.BWD_INPUTS_TILES
     bwy = getattr(cb, "BWD_WY_TILES", wy)
-    # a package older than the scan that writes the output launched the scan in one form, without its flags
+    # the forward scan's forms (STORE_STATES, WRITE_OUTPUT, stages): a package older than the scan that writes
+    # the output launched one, without those flags
     fused = getattr(ck, "_fused_scan_stages", None)
-    scan_forms = ((False, scan["num_stages"]),) + (((True, fused(shared_memory)),) if fused else ())
+    scan_forms = ((True, False, scan["num_stages"]),) + (
+        ((True, True, fused(shared_memory)), (False, True, fused(shared_memory))) if fused else ())
     conv = sc.CONV_TILES
     # both scans' value blocks; "auto" picks at most 64, which is what it picks without a GPU: the largest tiles
     scan_bv, fscan_bv = (ck._scan_value_block(t["BV"], 1, H, V, torch.device("cpu")) for t in (bscan, scan))
@@ -128,14 +130,15 @@ def launches(K, V, fp32_dot=None, shared_memory=None):
            t.get("num_stages", 2), pointers)
           for dot, pointers in ((f32, ()), ("tf32", WY_BF16))
           for store_G, store_AZ, t in ((False, True, wy), (True, False, bwy), (True, True, wy))),
-        # the forward scan as the backward's recomputation launches it (states, no output) and as the forward
-        # does (the output, and the states that the backward keeps), in float32 and with 16-bit intermediates
+        # the forward scan as the backward's recomputation launches it (states, no output), as the forward under
+        # autograd does (the output, and the states that the backward keeps) and as a forward without a backward
+        # does (the output alone), in float32 and with 16-bit intermediates
         *((ck.chunk_gdn2_fwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=fscan_bv, USE_INITIAL_STATE=True,
                                                STORE_FINAL_STATE=True, DOT=dot,
-                                               **(dict(STORE_STATES=True, WRITE_OUTPUT=output) if fused else {})),
+                                               **(dict(STORE_STATES=states, WRITE_OUTPUT=output) if fused else {})),
            scan["num_warps"], stages if pointers and K <= 128 else 1, pointers)
           for dot, pointers in ((f32, ()), ("tf32", ("AE", "AZ", "KG", "h", "R", "QG", "Aqk", "o")))
-          for output, stages in scan_forms),
+          for states, output, stages in scan_forms),
         *((ck.chunk_gdn2_fwd_output_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=ck._output_value_block(K, V),
                                                  DOT=dot), out["num_warps"], 2, pointers)
           for dot, pointers in ((f32, ()), ("tf32", ("QG", "h", "Aqk", "R", "o")))),
@@ -385,7 +388,8 @@ def check(target, limit, dim, registers, kernels, fp32_dot, aligned=False, recor
         inputs = inputs_label(constexprs, bf16)
         label = (f", dot {constexprs['DOT']}" if "DOT" in constexprs else "") + \
             (f", MODE {constexprs['MODE']}" if "MODE" in constexprs else "") + \
-            "".join(f", {flag}" for flag in ("STORE_G", "STORE_AZ", "WRITE_OUTPUT") if constexprs.get(flag))
+            "".join(f", {flag}" for flag in ("STORE_G", "STORE_AZ", "WRITE_OUTPUT") if constexprs.get(flag)) + \
+            (", no STORE_STATES" if constexprs.get("STORE_STATES") is False else "")
         options = dict(num_warps=num_warps, num_stages=num_stages)
         # OPTIONAL_TILE_KEYS' one entry: the register cap that _launch_intra hands to Triton when INTRA_TILES has it
         if kernel is ck.chunk_gdn2_fwd_intra_kernel and "maxnreg" in ck.INTRA_TILES:
