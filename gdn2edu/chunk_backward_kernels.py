@@ -6,9 +6,8 @@
 import torch
 
 from gdn2edu.chunk_kernels import (_Plan, _block_width, _chunk_of_program,
-                                   _forward_output, _forward_states, _load, _load_tile, _on_device, _plan,
+                                   _forward_states, _forward_with_output, _load, _load_tile, _on_device, _plan,
                                    _scan_value_block, _tile, _wy_states, chunk_gdn2_fwd)
-from gdn2edu import chunk_kernels as ck
 from gdn2edu.fused_recurrent import apply_kernel_options
 
 import triton                        # after gdn2edu.chunk_kernels, which selects the interpreter without a GPU
@@ -353,13 +352,10 @@ class ChunkGDN2TritonFunction(torch.autograd.Function):
     def forward(ctx, q, k, v, g, b, w, initial_state, plan, kept_names):
         q, k, v, g, b, w = (x.contiguous() for x in (q, k, v, g, b, w))
         with _on_device(q):
-            if ck.FUSE_OUTPUT:           # the scan writes o, and h and R unless the backward runs it again
-                f = _forward_states(q, k, v, g, b, w, initial_state, True, plan, store_G=kept_names == SAVED,
-                                    o=torch.empty_like(v), store_states=kept_names != KEPT_LEAN)
-                o = f["o"]
-            else:
-                f = _forward_states(q, k, v, g, b, w, initial_state, True, plan, store_G=kept_names == SAVED)
-                o = _forward_output(v, f, plan)
+            # h and R are kept unless the backward runs the scan again (recompute_states)
+            f = _forward_with_output(q, k, v, g, b, w, initial_state, True, plan, store_G=kept_names == SAVED,
+                                     keep_states=kept_names != KEPT_LEAN)
+            o = f["o"]
         ctx.kept_names = kept_names
         # ht is also returned: the backward keeps its own copy, so that the caller may change the returned one
         kept = (f[name].clone() if name == "ht" else f[name] for name in kept_names)

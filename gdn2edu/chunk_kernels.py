@@ -747,6 +747,17 @@ def _forward_output(v, f, p: _Plan):
     return o
 
 
+def _forward_with_output(q, k, v, g, b, w, initial_state, output_final_state, p: _Plan, store_G=False,
+                         keep_states=True):
+    """_forward_states and the output o [B, T, H, V] in v's dtype, in the dict's "o": formed by the scan while
+    FUSE_OUTPUT (which then stores h and R only if keep_states), else by the output kernel after it."""
+    if FUSE_OUTPUT:
+        return _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p, store_G,
+                               o=torch.empty_like(v), store_states=keep_states)
+    f = _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p, store_G)
+    return dict(f, o=_forward_output(v, f, p))
+
+
 def chunk_gdn2_fwd(q, k, v, g, b, w, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
                    safe_gate=False, lower_bound=None):
     """Gated DeltaNet-2 forward by chunks of 64 tokens in Triton (FLA's ``chunk_gdn2`` semantics): the intra, WY
@@ -765,12 +776,8 @@ def chunk_gdn2_fwd(q, k, v, g, b, w, scale=None, initial_state=None, output_fina
     p = _plan(q, k, v, g, b, w, scale, initial_state, cu_seqlens, safe_gate, lower_bound)
     q, k, v, g, b, w = (x.contiguous() for x in (q, k, v, g, b, w))
     with torch.no_grad(), _on_device(q):
-        if FUSE_OUTPUT:                  # no backward follows: the states need not be stored
-            f = _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p, o=torch.empty_like(v),
-                                store_states=False)
-            return f["o"], f["ht"]
-        f = _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p)
-        return _forward_output(v, f, p), f["ht"]
+        f = _forward_with_output(q, k, v, g, b, w, initial_state, output_final_state, p, keep_states=False)
+        return f["o"], f["ht"]
 
 
 def baseline_inputs(B, T, H=16, K=128, V=128, dtype=torch.bfloat16, seed=0, device="cuda"):
