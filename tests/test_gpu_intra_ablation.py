@@ -1,0 +1,61 @@
+"""tools/gpu_intra_ablation.py: every variant's edits match today's intra kernel exactly once and change it, each
+variant loads as a module of its own with its tiles, a stale edit is refused, and without a GPU it stops before
+timing (the times need one: results/h200_intra_ablation.json is the H200 record)."""
+
+import argparse
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+
+import gpu_intra_ablation as ablation  # noqa: E402
+from gdn2edu import chunk_kernels  # noqa: E402
+
+
+def test_every_variant_applies_to_todays_kernel_and_changes_it():
+    source = ablation.SOURCE.read_text()
+    for name, (_, edits, tiles) in ablation.VARIANTS.items():
+        text = ablation.variant_source(name)
+        ast.parse(text)                                      # still Python
+        assert (text != source) == bool(edits), name         # a variant with edits changes the source ...
+        assert bool(edits) != bool(tiles) or name == "baseline", name   # ... or its tiles, not both, not neither
+    assert ablation.variant_source("baseline") == source
+
+
+def test_a_stale_edit_is_refused_and_unknown_names_too():
+    with pytest.raises(ValueError, match="an edit matches 0 times"):
+        ablation.variant_source("no_inverse", source="def f():\n    pass\n")
+    with pytest.raises(ValueError, match="unknown variant 'fastest'"):
+        ablation.variant_source("fastest")
+
+
+def test_variants_load_apart_with_their_tiles(tmp_path):
+    base = ablation.load_variant("baseline", tmp_path)
+    staged = ablation.load_variant("stages_3", tmp_path)
+    assert base is not chunk_kernels and staged is not base
+    assert base.INTRA_TILES == chunk_kernels.INTRA_TILES
+    assert staged.INTRA_TILES == dict(chunk_kernels.INTRA_TILES, num_stages=3)
+    assert chunk_kernels.INTRA_TILES["num_stages"] != 3          # the package's table is untouched
+    cut = ablation.load_variant("no_inverse", tmp_path)
+    assert "    return\n    tl.debug_barrier()" in Path(cut.__file__).read_text()
+
+
+def test_shapes_option():
+    assert ablation.parse_shapes("1x8192x16,2x64x1") == [(1, 8192, 16), (2, 64, 1)]
+    for bad in ("1x8192", "0x64x1", "a,b"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            ablation.parse_shapes(bad)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a GPU")
+def test_refuses_to_time_without_a_gpu(tmp_path):
+    out = tmp_path / "ablation.json"
+    run = subprocess.run([sys.executable, str(ROOT / "tools" / "gpu_intra_ablation.py"), "--out", str(out)],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 1 and "none is here" in run.stderr and not out.exists()

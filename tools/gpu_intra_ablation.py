@@ -1,0 +1,136 @@
+"""Where the intra kernel's time goes: the default path's intra launch (mode 1) timed with parts of its work cut
+out of the kernel's source, or with other pipeline stages or warps, on a GPU; JSON with provenance.
+
+    python tools/gpu_intra_ablation.py --out results/h200_intra_ablation.json [--commit SHA]
+        [--shapes 1x8192x16,2x8192x16] [--variants baseline,no_inverse,...]
+
+Each variant is a copy of gdn2edu/chunk_kernels.py with a few lines of the kernel replaced (VARIANTS says which),
+loaded as a module of its own, so that its kernels compile apart from the package's. A variant that cuts work
+computes wrong values: it is a timing, not a kernel. bf16, K = V = 128, chunk_kernels.baseline_inputs; each time
+is the median of ``triton.testing.do_bench`` (gdn2edu.bench.measure_ms). The edits must each match the source
+exactly once, so that a change of the kernel stops the tool instead of timing something else
+(tests/test_tools.py checks them against today's source).
+"""
+
+import argparse
+import importlib.util
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+SOURCE = Path(__file__).resolve().parents[1] / "gdn2edu" / "chunk_kernels.py"
+
+_SKIP_INVERSE = ("    tl.debug_barrier()\n    b_L00 = _load_block(", "    return\n    tl.debug_barrier()\n    b_L00 = _load_block(")
+_SKIP_BELOW = ("        if ROW > 0:\n            b_qr, b_er = _anchored_rows(",
+               "        if ROW > 4:\n            b_qr, b_er = _anchored_rows(")
+_SKIP_DIAGONAL = ("        b_l, b_s, b_xa = _diagonal_scores(b_q, b_e, b_k, b_g, b_first, b_last, PAIRWISE, BC, DOT)",
+                  "        b_l, b_s, b_xa = b_q * b_k, b_e * b_g, b_first")
+_SKIP_PREFIX = [(f"        if ROW > {r}:\n            b_g{r}, b_p = _gates(", f"        if ROW > 4:\n            b_g{r}, b_p = _gates(")
+                for r in range(3)]
+_SKIP_SUBSTITUTION = ("        b_A0 = _substitute_row(b_A0, b_L0, m_i)\n        b_A1 = _substitute_row(b_A1, b_L1, m_i)\n"
+                      "        b_A2 = _substitute_row(b_A2, b_L2, m_i)\n        b_A3 = _substitute_row(b_A3, b_L3, m_i)\n",
+                      "        pass\n")
+
+# name -> (what it cuts or changes, source edits [(old, new)], changes to INTRA_TILES)
+VARIANTS = {
+    "baseline": ("the shipped kernel and tiles", [], {}),
+    "no_inverse": ("phase 2 cut: no read-back of L, no substitutions, no block merges, no stores of A", [_SKIP_INVERSE], {}),
+    "no_substitution": ("the four 16 x 16 forward substitutions cut (the block merges and stores kept)",
+                        [_SKIP_SUBSTITUTION], {}),
+    "no_prefix_gates": ("the gates of the sub-chunks before each row not formed again (no loads of g, products, "
+                        "prefix sums for them)", _SKIP_PREFIX, {}),
+    "no_below_diagonal": ("the blocks below the diagonal cut (their key loads and products)", [_SKIP_BELOW], {}),
+    "no_gate_product": ("the running sum of the gates (the product with the lower-triangular ones) cut",
+                        [("    b_g = tl.dot((o_c[:, None] >= o_c[None, :]).to(tl.float32), b_g, "
+                          "input_precision=GATE_DOT)    # rows past T add 0\n", "")], {}),
+    "gate_tf32": ("the gates' running sum as one tf32 product instead of three (tf32x3)",
+                  [('GATE_DOT: tl.constexpr = "tf32x3" if DOT == "tf32" else "ieee"', "GATE_DOT: tl.constexpr = DOT")], {}),
+    "loads_and_gates_only": ("phase 2, the blocks below the diagonal and the diagonal products cut: loads, gates, "
+                             "stores", [_SKIP_INVERSE, _SKIP_BELOW, _SKIP_DIAGONAL], {}),
+    "stages_1": ("one pipeline stage", [], {"num_stages": 1}),
+    "stages_3": ("three pipeline stages", [], {"num_stages": 3}),
+    "stages_4": ("four pipeline stages", [], {"num_stages": 4}),
+    "warps_2": ("two warps", [], {"num_warps": 2}),
+}
+
+
+def variant_source(name, source=None):
+    """The source of chunk_kernels.py (or ``source``) with variant ``name``'s edits; ValueError if an edit does
+    not match exactly once."""
+    if name not in VARIANTS:
+        raise ValueError(f"unknown variant {name!r}; expected one of {sorted(VARIANTS)}")
+    text = SOURCE.read_text() if source is None else source
+    for old, new in VARIANTS[name][1]:
+        if text.count(old) != 1:
+            raise ValueError(f"variant {name}: an edit matches {text.count(old)} times, not once: {old[:60]!r}")
+        text = text.replace(old, new)
+    return text
+
+
+def load_variant(name, folder):
+    """Variant ``name`` as a module of its own (written to ``folder``), its INTRA_TILES changed as VARIANTS says."""
+    path = Path(folder) / f"chunk_kernels_{name}.py"
+    path.write_text(variant_source(name))
+    spec = importlib.util.spec_from_file_location(f"chunk_kernels_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module                       # Triton looks kernels' globals up through the module
+    spec.loader.exec_module(module)
+    module.INTRA_TILES = dict(module.INTRA_TILES, **VARIANTS[name][2])
+    return module
+
+
+def time_intra(module, B, T, H, device):
+    """Median ms of the default path's first intra launch (mode 1: scores, flags, inverse) at (B, T, H)."""
+    import torch
+    from gdn2edu.bench import measure_ms
+    q, k, v, g, b, w = module.baseline_inputs(B, T, H, device=device)
+    p = module._plan(q, k, v, g, b, w, None, None, None)
+    A = torch.empty(B, T, H, 64, dtype=torch.float32, device=device)
+    Aqk = torch.empty(B, T, H, 64, dtype=p.store, device=device)
+    flags = torch.empty(p.chunks.shape[0], H, dtype=torch.int32, device=device)
+    return measure_ms(lambda: module._launch_intra(q, k, g, b, A, Aqk, flags, p, 1), warmup=50, rep=300)
+
+
+def parse_shapes(text):
+    """"1x8192x16,2x8192x16" -> [(1, 8192, 16), (2, 8192, 16)]."""
+    try:
+        shapes = [tuple(int(n) for n in part.split("x")) for part in text.split(",")]
+    except ValueError:
+        shapes = []
+    if not shapes or any(len(s) != 3 or min(s) < 1 for s in shapes):
+        raise argparse.ArgumentTypeError(f"expected shapes like 1x8192x16,2x8192x16, got {text!r}")
+    return shapes
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--commit", default=None)
+    p.add_argument("--shapes", type=parse_shapes, default=[(1, 8192, 16), (2, 8192, 16)])
+    p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated names of VARIANTS")
+    args = p.parse_args(argv)
+    names = args.variants.split(",")
+    for name in names:
+        variant_source(name)                              # every edit applies, before any compiling
+    import torch
+    if not torch.cuda.is_available():
+        raise SystemExit("gpu_intra_ablation.py times kernels on a GPU; none is here")
+    from gdn2edu.bench import provenance
+    result = {"provenance": provenance("cuda", args.commit, argv if argv is not None else sys.argv[1:],
+                                       program="python tools/gpu_intra_ablation.py"),
+              "dtype": "bf16", "K": 128, "V": 128, "mode": 1, "shapes": [list(s) for s in args.shapes],
+              "variants": {}}
+    with tempfile.TemporaryDirectory() as folder:
+        for name in names:
+            module = load_variant(name, folder)
+            ms = {"x".join(map(str, s)): time_intra(module, *s, "cuda") for s in args.shapes}
+            result["variants"][name] = {"description": VARIANTS[name][0], "edits": len(VARIANTS[name][1]),
+                                        "intra_tiles": module.INTRA_TILES, "ms": ms}
+            print(f"{name:22s} " + "  ".join(f"{s} {t:.4f} ms" for s, t in ms.items()), flush=True)
+            args.out.write_text(json.dumps(result, indent=1))  # rewritten after every variant
+    return result
+
+
+if __name__ == "__main__":
+    main()
