@@ -35,14 +35,16 @@ def run(tmp_path, monkeypatch):
 
 def test_a_spent_budget_says_the_large_batch_did_not_run(tmp_path, monkeypatch, capsys):
     """With the budget spent before the 2^31-offset batch (here: before anything), the record and the log say
-    that it did not run and why, instead of leaving only a None that a reader takes for a missing run."""
+    that it did not run and why, instead of leaving only a None that a reader takes for a missing run; the
+    record lists the cases not run, and the exit status is 2 (work undone), not 0."""
     monkeypatch.setattr(matrix, "offsets_past_int32", lambda device: pytest.fail("the batch must not start"))
     args = argparse.Namespace(out=tmp_path / "matrix.json", fla=False, fla_dtype="", fla_dim="",
                               fp32_intermediates=False, recompute_modes=False, commit="test", budget=-1.0,
                               skip_large=False, cases=None)
-    assert matrix.run_matrix(args, [], device=torch.device("cpu")) == 0
+    assert matrix.run_matrix(args, [], device=torch.device("cpu")) == 2
     record = json.loads(args.out.read_text())
     assert record["cases"] == [] and record["offsets_past_int32"] is None
+    assert record["cases_not_run"] == list(range(1, len(matrix.CASES) + 1))
     assert record["offsets_past_int32_skipped"].startswith("budget spent: ")
     log = capsys.readouterr().out
     assert f"budget spent: {len(matrix.CASES)} cases not run" in log and "2^31-offset batch did not run" in log
