@@ -46,11 +46,17 @@ def test_variants_load_apart_with_their_tiles(tmp_path):
     assert "    return\n    tl.debug_barrier()" in Path(cut.__file__).read_text()
 
 
-def test_shapes_option():
+def test_shapes_variants_and_rounds_options():
     assert ablation.parse_shapes("1x8192x16,2x64x1") == [(1, 8192, 16), (2, 64, 1)]
     for bad in ("1x8192", "0x64x1", "a,b"):
         with pytest.raises(argparse.ArgumentTypeError):
             ablation.parse_shapes(bad)
+    assert ablation.parse_variants("baseline,stages_3") == ["baseline", "stages_3"]
+    for bad in ("", ",", "baseline,fastest"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            ablation.parse_variants(bad)
+    with pytest.raises(SystemExit):                      # argparse's error, before anything is compiled
+        ablation.main(["--out", "unused.json", "--rounds", "0"])
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a GPU")

@@ -2,19 +2,23 @@
 out of the kernel's source, or with other pipeline stages or warps, on a GPU; JSON with provenance.
 
     python tools/gpu_intra_ablation.py --out results/h200_intra_ablation.json [--commit SHA]
-        [--shapes 1x8192x16,2x8192x16] [--variants baseline,no_inverse,...]
+        [--shapes 1x8192x16,2x8192x16] [--variants baseline,no_inverse,...] [--rounds 3]
 
 Each variant is a copy of gdn2edu/chunk_kernels.py with a few lines of the kernel replaced (VARIANTS says which),
 loaded as a module of its own, so that its kernels compile apart from the package's. A variant that cuts work
 computes wrong values: it is a timing, not a kernel. bf16, K = V = 128, chunk_kernels.baseline_inputs; each time
-is the median of ``triton.testing.do_bench`` (gdn2edu.bench.measure_ms). The edits must each match the source
-exactly once, so that a change of the kernel stops the tool instead of timing something else
-(tests/test_tools.py checks them against today's source).
+is the median of ``triton.testing.do_bench`` (gdn2edu.bench.measure_ms). Every variant is compiled first, then
+timed once per round, the variants in turn within each round, so that a drift of the machine during the run
+reaches all of them alike; the record keeps every round's time and the median over the rounds, and says
+"complete" only when every round finished. The edits must each match the source exactly once, so that a change
+of the kernel stops the tool instead of timing something else (tests/test_gpu_intra_ablation.py checks them
+against today's source).
 """
 
 import argparse
 import importlib.util
 import json
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -92,6 +96,15 @@ def time_intra(module, B, T, H, device):
     return measure_ms(lambda: module._launch_intra(q, k, g, b, A, Aqk, flags, p, 1), warmup=50, rep=300)
 
 
+def parse_variants(text):
+    """"baseline,no_inverse" -> ["baseline", "no_inverse"], each a name of VARIANTS, or an argparse error."""
+    names = [name for name in text.split(",") if name]
+    unknown = sorted(set(names) - set(VARIANTS))
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"expected names of VARIANTS ({', '.join(VARIANTS)}), got {text!r}")
+    return names
+
+
 def parse_shapes(text):
     """"1x8192x16,2x8192x16" -> [(1, 8192, 16), (2, 8192, 16)]."""
     try:
@@ -108,9 +121,12 @@ def main(argv=None):
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--commit", default=None)
     p.add_argument("--shapes", type=parse_shapes, default=[(1, 8192, 16), (2, 8192, 16)])
-    p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated names of VARIANTS")
+    p.add_argument("--variants", type=parse_variants, default=list(VARIANTS), help="comma-separated names of VARIANTS")
+    p.add_argument("--rounds", type=int, default=3, help="times each variant is timed, the variants in turn")
     args = p.parse_args(argv)
-    names = args.variants.split(",")
+    if args.rounds < 1:
+        p.error(f"--rounds must be at least 1, got {args.rounds}")
+    names = args.variants
     for name in names:
         variant_source(name)                              # every edit applies, before any compiling
     import torch
@@ -120,15 +136,26 @@ def main(argv=None):
     result = {"provenance": provenance("cuda", args.commit, argv if argv is not None else sys.argv[1:],
                                        program="python tools/gpu_intra_ablation.py"),
               "dtype": "bf16", "K": 128, "V": 128, "mode": 1, "shapes": [list(s) for s in args.shapes],
-              "variants": {}}
+              "rounds": args.rounds, "complete": False, "variants": {}}
+    shapes = {"x".join(map(str, s)): s for s in args.shapes}
     with tempfile.TemporaryDirectory() as folder:
-        for name in names:
-            module = load_variant(name, folder)
-            ms = {"x".join(map(str, s)): time_intra(module, *s, "cuda") for s in args.shapes}
+        modules = {name: load_variant(name, folder) for name in names}
+        for name, module in modules.items():
+            for s in args.shapes:
+                time_intra(module, *s, "cuda")            # compile (and warm) every variant before any round
             result["variants"][name] = {"description": VARIANTS[name][0], "edits": len(VARIANTS[name][1]),
-                                        "intra_tiles": module.INTRA_TILES, "ms": ms}
-            print(f"{name:22s} " + "  ".join(f"{s} {t:.4f} ms" for s, t in ms.items()), flush=True)
-            args.out.write_text(json.dumps(result, indent=1))  # rewritten after every variant
+                                        "intra_tiles": module.INTRA_TILES, "rounds_ms": {s: [] for s in shapes}}
+        for round_ in range(args.rounds):
+            for name, module in modules.items():
+                row = result["variants"][name]
+                for key, s in shapes.items():
+                    row["rounds_ms"][key].append(time_intra(module, *s, "cuda"))
+                row["ms"] = {key: statistics.median(t) for key, t in row["rounds_ms"].items()}
+                print(f"round {round_ + 1} {name:22s} " + "  ".join(f"{key} {t[-1]:.4f} ms"
+                                                                 for key, t in row["rounds_ms"].items()), flush=True)
+            args.out.write_text(json.dumps(result, indent=1))  # rewritten after every round
+    result["complete"] = True
+    args.out.write_text(json.dumps(result, indent=1))
     return result
 
 
