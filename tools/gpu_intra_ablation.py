@@ -23,6 +23,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+import torch
+
+from gdn2edu.bench import measure_ms, parse_shapes, provenance
+
 SOURCE = Path(__file__).resolve().parents[1] / "gdn2edu" / "chunk_kernels.py"
 
 _SKIP_INVERSE = ("    tl.debug_barrier()\n    b_L00 = _load_block(", "    return\n    tl.debug_barrier()\n    b_L00 = _load_block(")
@@ -86,8 +90,6 @@ def load_variant(name, folder):
 
 def time_intra(module, B, T, H, device):
     """Median ms of the default path's first intra launch (mode 1: scores, flags, inverse) at (B, T, H)."""
-    import torch
-    from gdn2edu.bench import measure_ms
     q, k, v, g, b, w = module.baseline_inputs(B, T, H, device=device)
     p = module._plan(q, k, v, g, b, w, None, None, None)
     A = torch.empty(B, T, H, 64, dtype=torch.float32, device=device)
@@ -105,22 +107,11 @@ def parse_variants(text):
     return names
 
 
-def parse_shapes(text):
-    """"1x8192x16,2x8192x16" -> [(1, 8192, 16), (2, 8192, 16)]."""
-    try:
-        shapes = [tuple(int(n) for n in part.split("x")) for part in text.split(",")]
-    except ValueError:
-        shapes = []
-    if not shapes or any(len(s) != 3 or min(s) < 1 for s in shapes):
-        raise argparse.ArgumentTypeError(f"expected shapes like 1x8192x16,2x8192x16, got {text!r}")
-    return shapes
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--commit", default=None)
-    p.add_argument("--shapes", type=parse_shapes, default=[(1, 8192, 16), (2, 8192, 16)])
+    p.add_argument("--shapes", type=parse_shapes, default=((1, 8192, 16), (2, 8192, 16)))
     p.add_argument("--variants", type=parse_variants, default=list(VARIANTS), help="comma-separated names of VARIANTS")
     p.add_argument("--rounds", type=int, default=3, help="times each variant is timed, the variants in turn")
     args = p.parse_args(argv)
@@ -129,10 +120,8 @@ def main(argv=None):
     names = args.variants
     for name in names:
         variant_source(name)                              # every edit applies, before any compiling
-    import torch
     if not torch.cuda.is_available():
         raise SystemExit("gpu_intra_ablation.py times kernels on a GPU; none is here")
-    from gdn2edu.bench import provenance
     result = {"provenance": provenance("cuda", args.commit, argv if argv is not None else sys.argv[1:],
                                        program="python tools/gpu_intra_ablation.py"),
               "dtype": "bf16", "K": 128, "V": 128, "mode": 1, "shapes": [list(s) for s in args.shapes],
