@@ -27,6 +27,9 @@ CANDIDATES = {
                     dict(BK=16, num_warps=2, num_stages=2), dict(BK=32, num_warps=2, num_stages=2),
                     dict(BK=32, num_warps=4, num_stages=2), dict(BK=64, num_warps=4, num_stages=2),
                     dict(BK=32, num_warps=1, num_stages=3), dict(BK=64, num_warps=1, num_stages=2),
+                    # more stages at 16-wide blocks, which no sweep before the ninth tried (the intra ablation,
+                    # results/h200_intra_ablation.json, timed them 6-8% faster)
+                    dict(BK=16, num_warps=1, num_stages=3), dict(BK=16, num_warps=1, num_stages=4),
                     dict(BK=64, num_warps=2, num_stages=2),
                     # registers capped: the kernel takes all 255 uncapped (results/h200_forward_counters.json),
                     # 8 one-warp programs per SM; at these caps 12, 16, 20 fit (a cap adds warps only where it
