@@ -469,7 +469,7 @@ SCAN_TILES = {"BV": "auto", "num_warps": 4, "num_stages": 4}  # "auto": _one_wav
 # the WY kernel's key and value blocks, warps and stages
 WY_TILES = {"BK": 32, "BV": 64, "num_warps": 2, "num_stages": 3}
 OUTPUT_TILES = {"BV": 128, "num_warps": 4}                # the output kernel's value block, warps (FUSE_OUTPUT off)
-INTRA_TILES = {"BK": 16, "num_warps": 1, "num_stages": 2}  # the intra kernel's key block, warps, stages
+INTRA_TILES = {"BK": 16, "num_warps": 1, "num_stages": 3}  # the intra kernel's key block, warps, stages
 # (a "maxnreg" entry, which a sweep may try, caps its registers per thread: more programs fit an SM, some spill)
 # With 16-bit inputs, store Aqk, AE, AZ, kg, Q_g, h and R in that type (half the traffic, 16-bit tensor-core
 # products; the state and every accumulation stay float32). False keeps them in float32.
