@@ -25,6 +25,7 @@ def test_every_variant_applies_to_todays_kernel_and_changes_it():
         ast.parse(text)                                      # still Python
         assert (text != source) == bool(edits), name         # a variant with edits changes the source ...
         assert bool(edits) != bool(tiles) or name == "baseline", name   # ... or its tiles, not both, not neither
+        assert dict(chunk_kernels.INTRA_TILES, **tiles) != chunk_kernels.INTRA_TILES or not tiles, name  # really
     assert ablation.variant_source("baseline") == source
 
 
@@ -37,11 +38,11 @@ def test_a_stale_edit_is_refused_and_unknown_names_too():
 
 def test_variants_load_apart_with_their_tiles(tmp_path):
     base = ablation.load_variant("baseline", tmp_path)
-    staged = ablation.load_variant("stages_3", tmp_path)
+    staged = ablation.load_variant("stages_4", tmp_path)
     assert base is not chunk_kernels and staged is not base
     assert base.INTRA_TILES == chunk_kernels.INTRA_TILES
-    assert staged.INTRA_TILES == dict(chunk_kernels.INTRA_TILES, num_stages=3)
-    assert chunk_kernels.INTRA_TILES["num_stages"] != 3          # the package's table is untouched
+    assert staged.INTRA_TILES == dict(chunk_kernels.INTRA_TILES, num_stages=4)
+    assert chunk_kernels.INTRA_TILES["num_stages"] != 4          # the package's table is untouched
     cut = ablation.load_variant("no_inverse", tmp_path)
     assert "    return\n    tl.debug_barrier()" in Path(cut.__file__).read_text()
 
@@ -50,7 +51,7 @@ def test_shapes_variants_and_rounds_options():
     for bad in ("1x8192", "0x64x1", "a,b"):                      # the benchmark's parse_shapes refuses them
         with pytest.raises(SystemExit):
             ablation.main(["--out", "unused.json", "--shapes", bad])
-    assert ablation.parse_variants("baseline,stages_3") == ["baseline", "stages_3"]
+    assert ablation.parse_variants("baseline,stages_4") == ["baseline", "stages_4"]
     for bad in ("", ",", "baseline,fastest"):
         with pytest.raises(argparse.ArgumentTypeError):
             ablation.parse_variants(bad)

@@ -56,8 +56,10 @@ VARIANTS = {
                   [('GATE_DOT: tl.constexpr = "tf32x3" if DOT == "tf32" else "ieee"', "GATE_DOT: tl.constexpr = DOT")], {}),
     "loads_and_gates_only": ("phase 2, the blocks below the diagonal and the diagonal products cut: loads, gates, "
                              "stores", [_SKIP_INVERSE, _SKIP_BELOW, _SKIP_DIAGONAL], {}),
+    # the shipped table has three stages since the ninth forward sweep (the record of 393f77b timed two as its
+    # baseline and three and four as variants)
     "stages_1": ("one pipeline stage", [], {"num_stages": 1}),
-    "stages_3": ("three pipeline stages", [], {"num_stages": 3}),
+    "stages_2": ("two pipeline stages", [], {"num_stages": 2}),
     "stages_4": ("four pipeline stages", [], {"num_stages": 4}),
     "warps_2": ("two warps", [], {"num_warps": 2}),
 }
