@@ -41,8 +41,10 @@ def _dot(m, n, k):
     return 2 * m * n * k
 
 
-def forward_kernel_costs(B, T, H, K, V, chunk=64, dtype_bytes=2):
-    """FLOPs and HBM bytes of chunk_gdn2's four forward kernels, counted from their code (Chapter 9).
+def forward_kernel_costs(B, T, H, K, V, chunk=64, dtype_bytes=2, fuse_output=False):
+    """FLOPs and HBM bytes of chunk_gdn2's four forward kernels, counted from their code (Chapter 9); with
+    fuse_output, of its three when the scan also writes the output (FUSE_OUTPUT) in a forward that no backward
+    follows: the scan then does the output's products too, and neither stores h and R nor reads them back.
 
     Counts the tile products (``tl.dot``) and the forward substitution as written (dense tiles), not the
     elementwise work; bytes are the tensors each kernel loads and stores, each element once (dtype_bytes for
@@ -53,6 +55,8 @@ def forward_kernel_costs(B, T, H, K, V, chunk=64, dtype_bytes=2):
     for name, value in dict(B=B, T=T, H=H, K=K, V=V, chunk=chunk, dtype_bytes=dtype_bytes).items():
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if not isinstance(fuse_output, bool):
+        raise ValueError(f"fuse_output must be a bool, got {fuse_output!r}")
     if chunk % 4 or T % chunk:
         raise ValueError(f"T must be a multiple of chunk and chunk of 4, got T = {T}, chunk = {chunk}")
     n, c, d, f32 = chunk, chunk // 4, dtype_bytes, 4
@@ -74,6 +78,10 @@ def forward_kernel_costs(B, T, H, K, V, chunk=64, dtype_bytes=2):
                    "bytes": rows * K * d + units * K * V * d + rows * V * d + units * n * n * d  # Q_g h R Aqk
                    + rows * V * d},                                                       # o
     }
+    if fuse_output:
+        scan, output = costs.pop("scan"), costs.pop("output")
+        kept = rows * V * d + units * K * V * d                # R and h: stored by the scan, read by the output
+        costs["scan"] = {"flops": scan["flops"] + output["flops"], "bytes": scan["bytes"] + output["bytes"] - 2 * kept}
     return costs
 
 

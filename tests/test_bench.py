@@ -317,6 +317,14 @@ def test_roofline_counts_equal_hand_counts():
         forward_kernel_costs(1, 100, 2, K, V)
     with pytest.raises(ValueError, match="H must be"):
         forward_kernel_costs(1, 128, 0, K, V)
+    # the scan that writes the output: both kernels' products; their bytes less h and R, stored and read back
+    fused = forward_kernel_costs(1, 128, 2, K, V, fuse_output=True)
+    assert list(fused) == ["intra", "wy", "scan"] and fused["intra"] == costs["intra"] and fused["wy"] == costs["wy"]
+    assert fused["scan"]["flops"] == flops["scan"] + flops["output"]
+    kept = rows * V * s + units * K * V * s
+    assert fused["scan"]["bytes"] == nbytes["scan"] + nbytes["output"] - 2 * kept
+    with pytest.raises(ValueError, match="fuse_output must be a bool"):
+        forward_kernel_costs(1, 128, 2, K, V, fuse_output=1)
 
 
 def test_roofline_bound():
