@@ -65,3 +65,20 @@ def test_refuses_to_time_without_a_gpu(tmp_path):
     run = subprocess.run([sys.executable, str(ROOT / "tools" / "gpu_intra_ablation.py"), "--out", str(out)],
                          capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 1 and "none is here" in run.stderr and not out.exists()
+
+
+def test_the_squaring_candidate_computes_the_shipped_A(tmp_path):
+    """inverse_by_squaring is a candidate, not a cut: in the interpreter its A and Aqk equal the shipped kernel's
+    up to float32 rounding (a chunk and a tail, two heads; the substitution's and the squarings' sums differ in
+    order only)."""
+    module = ablation.load_variant("inverse_by_squaring", tmp_path)
+    q, k, v, g, b, w = chunk_kernels.baseline_inputs(1, 100, 2, K=32, V=32, dtype=torch.float32, device="cpu")
+    p = chunk_kernels._plan(q, k, v, g, b, w, None, None, None)
+    shipped, squared = (m._intra_states(q, k, g, b, p) for m in (chunk_kernels, module))
+    t = torch.arange(100)
+    written = (torch.arange(64)[None, :] <= (t % 64)[:, None])[None, :, None, :].expand(1, 100, 2, 64)  # lower rows
+    A, A_squared = shipped["A"][written], squared["A"][written]
+    off_diagonal = A[A != 1].abs()
+    assert off_diagonal.max() > 0.05                              # the inverse is not the identity here
+    torch.testing.assert_close(A_squared, A, rtol=1e-5, atol=1e-6)
+    assert torch.equal(squared["Aqk"][written], shipped["Aqk"][written])   # the inverse alone changed

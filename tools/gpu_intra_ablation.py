@@ -1,12 +1,14 @@
 """Where the intra kernel's time goes: the default path's intra launch (mode 1) timed with parts of its work cut
-out of the kernel's source, or with other pipeline stages or warps, on a GPU; JSON with provenance.
+out of the kernel's source, or with other pipeline stages or warps, or done another way, on a GPU; JSON with
+provenance.
 
     python tools/gpu_intra_ablation.py --out results/h200_intra_ablation.json [--commit SHA]
         [--shapes 1x8192x16,2x8192x16] [--variants baseline,no_inverse,...] [--rounds 3]
 
 Each variant is a copy of gdn2edu/chunk_kernels.py with a few lines of the kernel replaced (VARIANTS says which),
 loaded as a module of its own, so that its kernels compile apart from the package's. A variant that cuts work
-computes wrong values: it is a timing, not a kernel. bf16, K = V = 128, chunk_kernels.baseline_inputs; each time
+computes wrong values: it is a timing, not a kernel; a candidate (inverse_by_squaring) computes the same values
+another way. bf16, K = V = 128, chunk_kernels.baseline_inputs; each time
 is the median of ``triton.testing.do_bench`` (gdn2edu.bench.measure_ms). Every variant is compiled first, then
 timed once per round, the variants in turn within each round, so that a drift of the machine during the run
 reaches all of them alike; the record keeps every round's time and the median over the rounds, and says
@@ -40,6 +42,18 @@ _SKIP_SUBSTITUTION = ("        b_A0 = _substitute_row(b_A0, b_L0, m_i)\n        
                       "        b_A2 = _substitute_row(b_A2, b_L2, m_i)\n        b_A3 = _substitute_row(b_A3, b_L3, m_i)\n",
                       "        pass\n")
 
+# A candidate, not a cut: the diagonal blocks' inverse by repeated squaring. L is strictly lower triangular, so
+# L^16 = 0 and (I + L)^{-1} = (I - L)(I + L^2)(I + L^4)(I + L^8): six 16 x 16 products per block, a chain of
+# about four, instead of fifteen dependent row steps. tf32x3 products, as the gates' running sums take with 16-bit
+# inputs (the bf16 timing's case; float32 inputs would want "ieee"); A agrees with the shipped kernel's up to
+# rounding (tests/test_gpu_intra_ablation.py).
+_SQUARING_INVERSE = ("    for i in range(1, BC):\n        m_i = o_c[:, None] == i\n" + _SKIP_SUBSTITUTION[0],
+                     "    b_A0, b_A1, b_A2, b_A3 = b_I - b_L0, b_I - b_L1, b_I - b_L2, b_I - b_L3\n"
+                     "    b_P0, b_P1, b_P2, b_P3 = b_L0, b_L1, b_L2, b_L3\n"
+                     "    for _ in tl.static_range(3):\n"
+                     + "".join(f"        b_P{j} = tl.dot(b_P{j}, b_P{j}, input_precision=\"tf32x3\")\n" for j in range(4))
+                     + "".join(f"        b_A{j} += tl.dot(b_A{j}, b_P{j}, input_precision=\"tf32x3\")\n" for j in range(4)))
+
 # name -> (what it cuts or changes, source edits [(old, new)], changes to INTRA_TILES)
 VARIANTS = {
     "baseline": ("the shipped kernel and tiles", [], {}),
@@ -54,6 +68,8 @@ VARIANTS = {
                           "input_precision=GATE_DOT)    # rows past T add 0\n", "")], {}),
     "gate_tf32": ("the gates' running sum as one tf32 product instead of three (tf32x3)",
                   [('GATE_DOT: tl.constexpr = "tf32x3" if DOT == "tf32" else "ieee"', "GATE_DOT: tl.constexpr = DOT")], {}),
+    "inverse_by_squaring": ("the diagonal blocks inverted by repeated squaring (same A up to rounding)",
+                            [_SQUARING_INVERSE], {}),
     "loads_and_gates_only": ("phase 2, the blocks below the diagonal and the diagonal products cut: loads, gates, "
                              "stores", [_SKIP_INVERSE, _SKIP_BELOW, _SKIP_DIAGONAL], {}),
     # the shipped table has three stages since the ninth forward sweep (the record of 393f77b timed two as its
