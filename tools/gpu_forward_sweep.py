@@ -60,9 +60,8 @@ def second_launch_ms(inputs):
     """Device time of the intra kernel's MODE 2 launch when no chunk is flagged (every program returns at once)."""
     q, k, v, g, b, w = inputs
     p = chunk_kernels._plan(q, k, v, g, b, w, None, None, None)
-    A = torch.empty(p.B, p.T, p.H, 64, dtype=torch.float32, device=q.device)
-    Aqk = torch.empty(p.B, p.T, p.H, 64, dtype=p.store, device=q.device)       # as _intra_states allocates them
-    flags = torch.zeros(p.chunks.shape[0], p.H, dtype=torch.int32, device=q.device)
+    A, Aqk, flags = chunk_kernels._intra_buffers(p, q.device)
+    flags.zero_()                                                               # no chunk flagged
     return measure_ms(lambda: chunk_kernels._launch_intra(q, k, g, b, A, Aqk, flags, p, 2))
 
 

@@ -110,9 +110,7 @@ def time_intra(module, B, T, H, device):
     """Median ms of the default path's first intra launch (mode 1: scores, flags, inverse) at (B, T, H)."""
     q, k, v, g, b, w = module.baseline_inputs(B, T, H, device=device)
     p = module._plan(q, k, v, g, b, w, None, None, None)
-    A = torch.empty(B, T, H, 64, dtype=torch.float32, device=device)
-    Aqk = torch.empty(B, T, H, 64, dtype=p.store, device=device)
-    flags = torch.empty(p.chunks.shape[0], H, dtype=torch.int32, device=device)
+    A, Aqk, flags = module._intra_buffers(p, device)
     return measure_ms(lambda: module._launch_intra(q, k, g, b, A, Aqk, flags, p, 1), warmup=50, rep=300)
 
 
