@@ -61,11 +61,10 @@ def test_each_recompute_mode_is_compared_with_the_default(tmp_path, monkeypatch)
     assert all("vs_default" not in v for v in results["gdn2edu"].values())
 
 
-def test_modes_are_not_compared_when_the_default_did_not_run(tmp_path, monkeypatch):
-    real = matrix.implementations
-
-    def broken_default(*args, **kwargs):
-        impls = real(*args, **kwargs)
+def broken_default(implementations):
+    """``matrix.implementations`` with our default replaced by a launch that raises."""
+    def impls_with_broken_default(*args, **kwargs):
+        impls = implementations(*args, **kwargs)
         _, setting = impls["gdn2edu"]
 
         def fails(*_, **__):
@@ -73,7 +72,11 @@ def test_modes_are_not_compared_when_the_default_did_not_run(tmp_path, monkeypat
 
         return {**impls, "gdn2edu": (fails, setting)}
 
-    monkeypatch.setattr(matrix, "implementations", broken_default)
+    return impls_with_broken_default
+
+
+def test_modes_are_not_compared_when_the_default_did_not_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(matrix, "implementations", broken_default(matrix.implementations))
     status, results = run(tmp_path, monkeypatch)
     assert status == 1 and results["gdn2edu"] == {"error": "RuntimeError: the default's launch failed"}
     for mode in matrix.RECOMPUTE_MODES:
@@ -84,20 +87,9 @@ def test_a_failure_does_not_hide_work_undone(tmp_path, monkeypatch):
     """A case that fails and a budget spent before the 2^31-offset batch: exit status 3 (both bits), not 1, so
     that a known failing case (bf16 at g = 0 on the H200) does not hide a record with work missing."""
     monkeypatch.setattr(matrix, "CASES", [matrix.extreme("every token -12", "fp32", T=70, H=1, K=16, V=16)])
-    real = matrix.implementations
-
-    def broken_default(*args, **kwargs):
-        impls = real(*args, **kwargs)
-        _, setting = impls["gdn2edu"]
-
-        def fails(*_, **__):
-            raise RuntimeError("the default's launch failed")
-
-        return {**impls, "gdn2edu": (fails, setting)}
-
     clock = iter([0.0, 0.0])                       # the run's start and the one case's budget check; then late
     monkeypatch.setattr(matrix.time, "monotonic", lambda: next(clock, 1e6))
-    monkeypatch.setattr(matrix, "implementations", broken_default)
+    monkeypatch.setattr(matrix, "implementations", broken_default(matrix.implementations))
     monkeypatch.setattr(matrix, "offsets_past_int32", lambda device: pytest.fail("the batch must not start"))
     args = argparse.Namespace(out=tmp_path / "matrix.json", fla=False, fla_dtype="", fla_dim="",
                               fp32_intermediates=False, recompute_modes=False, commit="test", budget=10.0,
