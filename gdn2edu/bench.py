@@ -49,7 +49,8 @@ def forward_kernel_costs(B, T, H, K, V, chunk=64, dtype_bytes=2, fuse_output=Fal
     Counts the tile products (``tl.dot``) and the forward substitution as written (dense tiles), not the
     elementwise work; bytes are the tensors each kernel loads and stores, each element once (dtype_bytes for
     q, k, v, b, w, o and the stored intermediates, Aqk among them; float32 for g, A, gamma_n). The scan's programs of one
-    head (one per value block) all read the same AE and kg tiles: counted once, as L2 serves the repeats.
+    head (one per value block) all read the same AE and kg tiles (with fuse_output, Q_g and Aqk too): counted
+    once, as L2 serves the repeats.
     T must be a multiple of ``chunk``. Returns {kernel: {"flops": int, "bytes": int}}.
     """
     for name, value in dict(B=B, T=T, H=H, K=K, V=V, chunk=chunk, dtype_bytes=dtype_bytes).items():

@@ -663,20 +663,20 @@ def _launch_intra(q, k, g, b, A, Aqk, flags, p: _Plan, mode):
         num_stages=INTRA_TILES["num_stages"], maxnreg=INTRA_TILES.get("maxnreg"))
 
 
-def _intra_buffers(p: _Plan, device, flags=True):
+def _intra_buffers(p: _Plan, device, with_flags=True):
     """What the intra launches write, uninitialised: A [B, T, H, 64] float32, Aqk [B, T, H, 64] in p.store (its
     readers round it to that type before their products: storing it so rounds it once, to the same values) and,
-    with ``flags``, the chunks' flags [chunks, H] int32 (else None). The tuning tools time single launches on
+    ``with_flags``, the chunks' flags [chunks, H] int32 (else None). The tuning tools time single launches on
     them."""
     A = torch.empty(p.B, p.T, p.H, 64, dtype=torch.float32, device=device)
     Aqk = torch.empty(p.B, p.T, p.H, 64, dtype=p.store, device=device)
-    return A, Aqk, torch.empty(p.chunks.shape[0], p.H, dtype=torch.int32, device=device) if flags else None
+    return A, Aqk, torch.empty(p.chunks.shape[0], p.H, dtype=torch.int32, device=device) if with_flags else None
 
 
 def _intra_states(q, k, g, b, p: _Plan):
     """The intra launches on contiguous inputs. Returns the dict of their results, _intra_buffers' A, Aqk and
     flags (None with safe_gate)."""
-    A, Aqk, flags = _intra_buffers(p, q.device, flags=not p.safe_gate)
+    A, Aqk, flags = _intra_buffers(p, q.device, with_flags=not p.safe_gate)
     for mode in (0,) if p.safe_gate else (1, 2):     # midpoint (and flag), then token by token where flagged
         _launch_intra(q, k, g, b, A, Aqk, flags, p, mode)
     return dict(A=A, Aqk=Aqk, flags=flags)
