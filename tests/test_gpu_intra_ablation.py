@@ -82,3 +82,29 @@ def test_the_squaring_candidate_computes_the_shipped_A(tmp_path):
     assert off_diagonal.max() > 0.05                              # the inverse is not the identity here
     torch.testing.assert_close(A_squared, A, rtol=1e-5, atol=1e-6)
     assert torch.equal(squared["Aqk"][written], shipped["Aqk"][written])   # the inverse alone changed
+
+
+def test_the_fused_wy_candidate_writes_the_wy_kernels_outputs(tmp_path):
+    """fused_wy is a candidate: in the interpreter, its intra launches (the default path's two modes, a chunk and a
+    tail, two heads, a gate strong enough that mode 2 redoes a chunk) write the WY kernel's AE, AZ, kg, Q_g and
+    gamma_n up to float32 rounding, and A and Aqk exactly as the shipped kernel does. The gates' sums run in another
+    order (and G on the last row is one sum, not the running one): an exponent near -150 (the gate of -100, in base
+    2) moves by some 2^-24 of itself per addition, so the factors 2^(G_n - G) and 2^G of kg, Q_g, gamma_n agree to
+    1e-4; AE and AZ, whose large factors come from the gentle rows, to 1e-5."""
+    module = ablation.load_variant("fused_wy", tmp_path)
+    q, k, v, g, b, w = chunk_kernels.baseline_inputs(1, 100, 2, K=32, V=32, dtype=torch.float32, device="cpu")
+    g[0, 70, 1] = -100.0                                         # a midpoint factor past the limit: mode 2 runs
+    p = chunk_kernels._plan(q, k, v, g, b, w, None, None, None)
+    shipped = chunk_kernels._intra_states(q, k, g, b, p)
+    assert shipped["flags"][1, 1] % 2 == 1                       # the second chunk of head 1 is redone
+    shipped.update(chunk_kernels._wy_states(q, k, v, g, b, w, shipped["A"], p))
+    fused = ablation.fuse_wy_outputs(module, p, v, w)
+    fused.update(module._intra_states(q, k, g, b, p))
+    t = torch.arange(100)
+    written = (torch.arange(64)[None, :] <= (t % 64)[:, None])[None, :, None, :].expand(1, 100, 2, 64)
+    for name in ("A", "Aqk"):
+        assert torch.equal(fused[name][written], shipped[name][written]), name
+    for name in ablation.FUSED_WY_OUTPUTS:
+        assert shipped[name].abs().max() > 0.01, name                # not all zero
+        rtol = 1e-5 if name in ("AE", "AZ") else 1e-4
+        torch.testing.assert_close(fused[name], shipped[name], rtol=rtol, atol=1e-6, msg=name)

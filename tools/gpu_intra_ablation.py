@@ -8,7 +8,8 @@ provenance.
 Each variant is a copy of gdn2edu/chunk_kernels.py with a few lines of the kernel replaced (VARIANTS says which),
 loaded as a module of its own, so that its kernels compile apart from the package's. A variant that cuts work
 computes wrong values: it is a timing, not a kernel; a candidate (inverse_by_squaring) computes the same values
-another way. bf16, K = V = 128, chunk_kernels.baseline_inputs; each time
+another way, or more of them (fused_wy: the WY kernel's outputs too; with it, the record also times the shipped
+WY launch in every round, under "wy"). bf16, K = V = 128, chunk_kernels.baseline_inputs; each time
 is the median of ``triton.testing.do_bench`` (gdn2edu.bench.measure_ms). Every variant is compiled first, then
 timed once per round, the variants in turn within each round, so that a drift of the machine during the run
 reaches all of them alike; the record keeps every round's time and the median over the rounds, and says
@@ -55,6 +56,109 @@ _SQUARING_INVERSE = ("    b_A0, b_A1, b_A2, b_A3 = b_I, b_I, b_I, b_I\n    for i
                      + "".join(f"        b_P{j} = tl.dot(b_P{j}, b_P{j}, input_precision=\"tf32x3\")\n" for j in range(4))
                      + "".join(f"        b_A{j} += tl.dot(b_A{j}, b_P{j}, input_precision=\"tf32x3\")\n" for j in range(4)))
 
+# A candidate route of the issue on speed: the WY work fused into the intra kernel, after the inverse, so that the
+# inputs are read while the chunk's lines are still in L2 and no WY launch follows. The kernel reads its A blocks
+# back from L2 (as phase 2 reads L), forms the base-2 G sub-chunk by sub-chunk with the intra kernel's _gates, and
+# writes AE = A E, AZ = A Z, kg, Q_g and gamma_n as the WY kernel does (G on the chunk's last row from one sum,
+# for kg and gamma_n). Its extra arguments come from the module's _FUSED_WY, set by time_intra.
+_FUSED_WY_HELPERS = '''@triton.jit
+def _lower_times(b_A00, b_A10, b_A11, b_A20, b_A21, b_A22, b_A30, b_A31, b_A32, b_A33, b_X0, b_X1, b_X2, b_X3,
+                 DOT: tl.constexpr):
+    """The four row blocks of A [X0; X1; X2; X3] for A lower block-triangular (its ten blocks)."""
+    return (tl.dot(b_A00, b_X0, input_precision=DOT),
+            tl.dot(b_A10, b_X0, input_precision=DOT) + tl.dot(b_A11, b_X1, input_precision=DOT),
+            tl.dot(b_A20, b_X0, input_precision=DOT) + tl.dot(b_A21, b_X1, input_precision=DOT)
+            + tl.dot(b_A22, b_X2, input_precision=DOT),
+            tl.dot(b_A30, b_X0, input_precision=DOT) + tl.dot(b_A31, b_X1, input_precision=DOT)
+            + tl.dot(b_A32, b_X2, input_precision=DOT) + tl.dot(b_A33, b_X3, input_precision=DOT))
+
+
+@triton.jit
+def _store_rows4(X, t0, col0, T, n_cols, b_x0, b_x1, b_x2, b_x3, H: tl.constexpr, BC: tl.constexpr,
+                 BW: tl.constexpr):
+    """Four [BC, BW] row blocks at rows t0, t0 + BC, .. and columns col0 .. of a head's rows X [T, n_cols]."""
+    p_x, m_x = _tile(X, t0, col0, T, n_cols, H * n_cols, BC, BW)
+    tl.store(p_x, b_x0.to(p_x.dtype.element_ty), mask=m_x)
+    p_x, m_x = _tile(X, t0 + BC, col0, T, n_cols, H * n_cols, BC, BW)
+    tl.store(p_x, b_x1.to(p_x.dtype.element_ty), mask=m_x)
+    p_x, m_x = _tile(X, t0 + 2 * BC, col0, T, n_cols, H * n_cols, BC, BW)
+    tl.store(p_x, b_x2.to(p_x.dtype.element_ty), mask=m_x)
+    p_x, m_x = _tile(X, t0 + 3 * BC, col0, T, n_cols, H * n_cols, BC, BW)
+    tl.store(p_x, b_x3.to(p_x.dtype.element_ty), mask=m_x)
+
+
+@triton.jit
+def _wy_rows(q, k, b, KG, QG, p_qk, row0, i_k, T, scale, b_G, b_gn, H: tl.constexpr, K: tl.constexpr,
+             BK: tl.constexpr, BC: tl.constexpr):
+    """One sub-chunk's kg = k 2^(G_n - G) and Q_g = scale q 2^G, stored; returns its E = b k 2^G [BC, BK]."""
+    b_k = _load(k + p_qk, row0, i_k * BK, T, K, H * K, BC, BK)
+    p_x, m_x = _tile(KG + p_qk, row0, i_k * BK, T, K, H * K, BC, BK)
+    tl.store(p_x, (b_k * tl.exp2(b_gn[None, :] - b_G)).to(p_x.dtype.element_ty), mask=m_x)
+    p_x, m_x = _tile(QG + p_qk, row0, i_k * BK, T, K, H * K, BC, BK)
+    tl.store(p_x, (_load(q + p_qk, row0, i_k * BK, T, K, H * K, BC, BK) * (scale * tl.exp2(b_G))
+                   ).to(p_x.dtype.element_ty), mask=m_x)
+    return _load(b + p_qk, row0, i_k * BK, T, K, H * K, BC, BK) * b_k * tl.exp2(b_G)
+
+
+@triton.jit
+def _wy_after_inverse(q, k, v, g, b, w, A, AE, AZ, KG, QG, GN, bos, T, t0, i_t, i_h, scale, H: tl.constexpr,
+                      K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+                      BV: tl.constexpr, DOT: tl.constexpr):
+    """The WY kernel's outputs of one chunk from its stored A (read back after a barrier)."""
+    tl.debug_barrier()
+    b_A00 = _load_block(A, bos, T, i_h, t0, 0, H, BT, BC)
+    b_A10 = _load_block(A, bos, T, i_h, t0 + BC, 0, H, BT, BC)
+    b_A11 = _load_block(A, bos, T, i_h, t0 + BC, BC, H, BT, BC)
+    b_A20 = _load_block(A, bos, T, i_h, t0 + 2 * BC, 0, H, BT, BC)
+    b_A21 = _load_block(A, bos, T, i_h, t0 + 2 * BC, BC, H, BT, BC)
+    b_A22 = _load_block(A, bos, T, i_h, t0 + 2 * BC, 2 * BC, H, BT, BC)
+    b_A30 = _load_block(A, bos, T, i_h, t0 + 3 * BC, 0, H, BT, BC)
+    b_A31 = _load_block(A, bos, T, i_h, t0 + 3 * BC, BC, H, BT, BC)
+    b_A32 = _load_block(A, bos, T, i_h, t0 + 3 * BC, 2 * BC, H, BT, BC)
+    b_A33 = _load_block(A, bos, T, i_h, t0 + 3 * BC, 3 * BC, H, BT, BC)
+    p_qk, p_vw = (bos * H + i_h) * K, (bos * H + i_h) * V
+    for i_k in range(tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        b_gn = tl.sum(_load(g + p_qk, t0, i_k * BK, T, K, H * K, BT, BK), axis=0) * 1.4426950408889634
+        tl.store(GN + (i_t * H + i_h) * K + o_k, tl.exp2(b_gn), mask=o_k < K)
+        b_p = tl.zeros([BK], dtype=tl.float32)
+        b_G0, b_p = _gates(g, bos, T, t0, i_h, i_k, b_p, H, K, BC, BK, DOT)
+        b_G1, b_p = _gates(g, bos, T, t0 + BC, i_h, i_k, b_p, H, K, BC, BK, DOT)
+        b_G2, b_p = _gates(g, bos, T, t0 + 2 * BC, i_h, i_k, b_p, H, K, BC, BK, DOT)
+        b_G3, b_p = _gates(g, bos, T, t0 + 3 * BC, i_h, i_k, b_p, H, K, BC, BK, DOT)
+        b_E0 = _wy_rows(q, k, b, KG, QG, p_qk, t0, i_k, T, scale, b_G0, b_gn, H, K, BK, BC)
+        b_E1 = _wy_rows(q, k, b, KG, QG, p_qk, t0 + BC, i_k, T, scale, b_G1, b_gn, H, K, BK, BC)
+        b_E2 = _wy_rows(q, k, b, KG, QG, p_qk, t0 + 2 * BC, i_k, T, scale, b_G2, b_gn, H, K, BK, BC)
+        b_E3 = _wy_rows(q, k, b, KG, QG, p_qk, t0 + 3 * BC, i_k, T, scale, b_G3, b_gn, H, K, BK, BC)
+        b_X0, b_X1, b_X2, b_X3 = _lower_times(b_A00, b_A10, b_A11, b_A20, b_A21, b_A22, b_A30, b_A31, b_A32, b_A33,
+                                              b_E0, b_E1, b_E2, b_E3, DOT)
+        _store_rows4(AE + p_qk, t0, i_k * BK, T, K, b_X0, b_X1, b_X2, b_X3, H, BC, BK)
+    for i_v in range(tl.cdiv(V, BV)):
+        b_Z0 = _load(v + p_vw, t0, i_v * BV, T, V, H * V, BC, BV) * _load(w + p_vw, t0, i_v * BV, T, V, H * V, BC, BV)
+        b_Z1 = _load(v + p_vw, t0 + BC, i_v * BV, T, V, H * V, BC, BV) * _load(w + p_vw, t0 + BC, i_v * BV, T, V,
+                                                                              H * V, BC, BV)
+        b_Z2 = _load(v + p_vw, t0 + 2 * BC, i_v * BV, T, V, H * V, BC, BV) * _load(w + p_vw, t0 + 2 * BC, i_v * BV, T,
+                                                                                  V, H * V, BC, BV)
+        b_Z3 = _load(v + p_vw, t0 + 3 * BC, i_v * BV, T, V, H * V, BC, BV) * _load(w + p_vw, t0 + 3 * BC, i_v * BV, T,
+                                                                                  V, H * V, BC, BV)
+        b_X0, b_X1, b_X2, b_X3 = _lower_times(b_A00, b_A10, b_A11, b_A20, b_A21, b_A22, b_A30, b_A31, b_A32, b_A33,
+                                              b_Z0, b_Z1, b_Z2, b_Z3, DOT)
+        _store_rows4(AZ + p_vw, t0, i_v * BV, T, V, b_X0, b_X1, b_X2, b_X3, H, BC, BV)
+
+
+'''
+_FUSED_WY_EDITS = [
+    ("@triton.jit\ndef chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, flags, cu_seqlens, chunk_indices, scale,\n",
+     _FUSED_WY_HELPERS + "@triton.jit\ndef chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, flags, cu_seqlens, "
+     "chunk_indices, scale,\n        v, w, AE, AZ, KG, QG, GN, V: tl.constexpr, BV: tl.constexpr, BKW: tl.constexpr,\n"),
+    ("                   H, BT, BC, DOT)\n\n\n@triton.jit\ndef chunk_gdn2_fwd_wy_kernel(",
+     "                   H, BT, BC, DOT)\n    _wy_after_inverse(q, k, v, g, b, w, A, AE, AZ, KG, QG, GN, bos, T, t0, i_t, "
+     "i_h, scale, H, K, V, BT, BC, BKW, BV, DOT)\n\n\n@triton.jit\ndef chunk_gdn2_fwd_wy_kernel("),
+    ("        q, k, g, b, A, Aqk, flags, p.cu, p.chunks, p.scale, H=p.H, K=p.K, BT=64, BC=16,",
+     "        q, k, g, b, A, Aqk, flags, p.cu, p.chunks, p.scale, *_FUSED_WY, V=p.V, BV=16, BKW=16, H=p.H, K=p.K, "
+     "BT=64, BC=16,")]
+FUSED_WY_OUTPUTS = ("AE", "AZ", "KG", "QG", "GN")
+
 # name -> (what it cuts or changes, source edits [(old, new)], changes to INTRA_TILES)
 VARIANTS = {
     "baseline": ("the shipped kernel and tiles", [], {}),
@@ -71,6 +175,8 @@ VARIANTS = {
                   [('GATE_DOT: tl.constexpr = "tf32x3" if DOT == "tf32" else "ieee"', "GATE_DOT: tl.constexpr = DOT")], {}),
     "inverse_by_squaring": ("the diagonal blocks inverted by repeated squaring (same A up to rounding)",
                             [_SQUARING_INVERSE], {}),
+    "fused_wy": ("the WY work fused after the inverse (a candidate: same AE, AZ, kg, Q_g, gamma_n; no WY launch "
+                 "after it)", _FUSED_WY_EDITS, {}),
     "loads_and_gates_only": ("phase 2, the blocks below the diagonal and the diagonal products cut: loads, gates, "
                              "stores", [_SKIP_INVERSE, _SKIP_BELOW, _SKIP_DIAGONAL], {}),
     # the shipped table has three stages since the ninth forward sweep (the record of 393f77b timed two as its
@@ -107,12 +213,33 @@ def load_variant(name, folder):
     return module
 
 
+def fuse_wy_outputs(module, p, v, w):
+    """For the fused_wy variant: its extra kernel arguments (v, w and the WY outputs, uninitialised) set as the
+    module's _FUSED_WY; returns the outputs {name: tensor} of FUSED_WY_OUTPUTS."""
+    like = dict(dtype=p.store, device=v.device)
+    out = {name: torch.empty(p.B, p.T, p.H, p.K, **like) for name in ("AE", "KG", "QG")}
+    out["AZ"] = torch.empty(p.B, p.T, p.H, p.V, **like)
+    out["GN"] = torch.empty(p.chunks.shape[0], p.H, p.K, dtype=torch.float32, device=v.device)
+    module._FUSED_WY = (v, w, *(out[name] for name in FUSED_WY_OUTPUTS))
+    return out
+
+
 def time_intra(module, B, T, H, device):
     """Median ms of the default path's first intra launch (mode 1: scores, flags, inverse) at (B, T, H)."""
     q, k, v, g, b, w = module.baseline_inputs(B, T, H, device=device)
     p = module._plan(q, k, v, g, b, w, None, None, None)
     A, Aqk, flags = module._intra_buffers(p, device)
+    if hasattr(module, "_wy_after_inverse"):
+        fuse_wy_outputs(module, p, v, w)
     return measure_ms(lambda: module._launch_intra(q, k, g, b, A, Aqk, flags, p, 1), warmup=50, rep=300)
+
+
+def time_wy(module, B, T, H, device):
+    """Median ms of the WY launch at (B, T, H), on A from the intra launches: what fused_wy would save."""
+    q, k, v, g, b, w = module.baseline_inputs(B, T, H, device=device)
+    p = module._plan(q, k, v, g, b, w, None, None, None)
+    A = module._intra_states(q, k, g, b, p)["A"]
+    return measure_ms(lambda: module._wy_states(q, k, v, g, b, w, A, p), warmup=50, rep=300)
 
 
 def parse_variants(text):
@@ -146,6 +273,11 @@ def main(argv=None):
     shapes = {"x".join(map(str, s)): s for s in args.shapes}
     with tempfile.TemporaryDirectory() as folder:
         modules = {name: load_variant(name, folder) for name in names}
+        # with fused_wy, the shipped WY launch is timed in every round too (on the baseline's module)
+        wy_module = (modules.get("baseline") or load_variant("baseline", folder)) if "fused_wy" in names else None
+        if wy_module is not None:
+            result["wy"] = {"description": "the shipped WY launch, which fused_wy's intra launch replaces",
+                            "rounds_ms": {s: [] for s in shapes}}
         for name, module in modules.items():
             for s in args.shapes:
                 time_intra(module, *s, "cuda")            # compile (and warm) every variant before any round
@@ -159,6 +291,11 @@ def main(argv=None):
                 row["ms"] = {key: statistics.median(t) for key, t in row["rounds_ms"].items()}
                 print(f"round {round_ + 1} {name:22s} " + "  ".join(f"{key} {t[-1]:.4f} ms"
                                                                  for key, t in row["rounds_ms"].items()), flush=True)
+            if wy_module is not None:
+                row = result["wy"]
+                for key, s in shapes.items():
+                    row["rounds_ms"][key].append(time_wy(wy_module, *s, "cuda"))
+                row["ms"] = {key: statistics.median(t) for key, t in row["rounds_ms"].items()}
             args.out.write_text(json.dumps(result, indent=1))  # rewritten after every round
     result["complete"] = True
     args.out.write_text(json.dumps(result, indent=1))

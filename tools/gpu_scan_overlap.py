@@ -1,0 +1,192 @@
+"""Does the forward's scan hide behind the intra and WY work of later segments? The shipped kernels, launched over
+segments of each sequence's chunks, the scans on a high-priority side stream: timed against chunk_gdn2_fwd on a
+GPU; JSON with provenance.
+
+    python tools/gpu_scan_overlap.py --out results/h200_scan_overlap.json [--commit SHA]
+        [--shapes 1x8192x16,2x8192x16] [--segments 2,4] [--rounds 3]
+
+At B = 1 the scan runs 128 dependent chunk steps on 128 programs, one per multiprocessor, and leaves most of each
+multiprocessor idle (Chapter 11's counters), while the intra and WY kernels are fully parallel. Host code only:
+segment s of sequence n is the chunk range [a_s, b_s) of that sequence; its intra launches (both modes) and its WY
+launch take pointer offsets into the flags, gamma_n and the chunk map, so that they are the shipped kernels on
+fewer programs, and its scan (the one that writes the output) starts from the state the previous segment's scan
+left, as a sequence of its own. Two orders of the launches on the main stream: "interleaved" (intra and WY segment
+by segment) and "intra_first" (the intra launches over every chunk, then WY segment by segment). Each scan waits
+for its segment's WY launch on a side stream of high priority, one per sequence, so that the scan of segment s can
+run while the intra and WY launches of later segments do. The output is bitwise the shipped forward's (asserted
+before timing). Every round times the shipped forward and each (segments, order) in turn: the GPU time per call
+(gdn2edu.bench.measure_ms) and the host time per call (50 calls launched without waiting, over 50), since each
+extra launch costs host time. bf16, K = V = 128, chunk_kernels.baseline_inputs, sequences of equal length.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import triton
+
+from gdn2edu import chunk_kernels as ck
+from gdn2edu.bench import _int_list, measure_ms, parse_shapes, provenance
+
+ORDERS = ("interleaved", "intra_first")
+
+
+def segments(chunks, count):
+    """``count`` ranges [a, b) of nearly equal length that cover 0 .. chunks (fewer if chunks < count)."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"count must be a positive int, got {count!r}")
+    edges = [round(i * chunks / count) for i in range(count + 1)]
+    return [(a, b) for a, b in zip(edges, edges[1:]) if b > a]
+
+
+_SIDE_STREAMS = {}
+_SEGMENT_MAPS = {}
+
+
+def _side_stream(n, device):
+    """The high-priority stream on which sequence n's scans run (made once per device)."""
+    if (n, device) not in _SIDE_STREAMS:
+        _SIDE_STREAMS[(n, device)] = torch.cuda.Stream(device=device, priority=-1)
+    return _SIDE_STREAMS[(n, device)]
+
+
+def _segment_map(first_row, last_row, first_chunk, device):
+    """cu_seqlens [2] and chunk_offsets [1] (int32, on device) that make rows first_row .. last_row a sequence of
+    its own whose chunks start at global chunk first_chunk; made once (a copy to the GPU is host work)."""
+    key = (first_row, last_row, first_chunk, device)
+    if key not in _SEGMENT_MAPS:
+        as_int32 = dict(dtype=torch.int32, device=device)
+        _SEGMENT_MAPS[key] = (torch.tensor([first_row, last_row], **as_int32), torch.tensor([first_chunk], **as_int32))
+    return _SEGMENT_MAPS[key]
+
+
+@torch.no_grad()
+def overlapped_forward(q, k, v, g, b, w, count=2, order="intra_first"):
+    """chunk_gdn2_fwd's output [B, T, H, V] (default path, no initial state), from the shipped kernels launched over
+    ``count`` segments of each sequence's chunks in ``order`` (ORDERS), the scans on side streams (on a GPU; on the
+    CPU, in the interpreter, one after another)."""
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+    p = ck._plan(q, k, v, g, b, w, None, None, None)
+    q, k, v, g, b, w = (x.contiguous() for x in (q, k, v, g, b, w))
+    B, T, H, K, V = p.B, p.T, p.H, p.K, p.V
+    NT, device = triton.cdiv(T, 64), q.device
+    A, Aqk, flags = ck._intra_buffers(p, device)
+    like = dict(dtype=p.store, device=device)
+    AE, KG, QG = (torch.empty(B, T, H, K, **like) for _ in range(3))
+    AZ = torch.empty(B, T, H, V, **like)
+    GN = torch.empty(p.chunks.shape[0], H, K, dtype=torch.float32, device=device)
+    o = torch.empty_like(v)
+    BK, BV = ck._block_width(K), ck._scan_value_block(ck.SCAN_TILES["BV"], p.N, H, V, device)
+    main = torch.cuda.current_stream(device) if q.is_cuda else None
+    sides = [_side_stream(n, device) for n in range(B)] if q.is_cuda else []
+    for side in sides:
+        side.wait_stream(main)
+    states = [None] * B
+
+    def intra(c0, c1, mode):          # chunks c0 .. c1 of the plan's map (sequence-major: n * NT + c)
+        ck.chunk_gdn2_fwd_intra_kernel[(c1 - c0, H)](
+            q, k, g, b, A, Aqk, flags[c0:], p.cu, p.chunks[c0:], p.scale, H=H, K=K, BT=64, BC=16,
+            BK=min(BK, ck.INTRA_TILES["BK"]), MODE=mode, MID_LIMIT=ck.MID_LIMIT,
+            OPERAND_LIMIT=ck._operand_limit(p.store), DOT=p.DOT, num_warps=ck.INTRA_TILES["num_warps"],
+            num_stages=ck.INTRA_TILES["num_stages"], maxnreg=ck.INTRA_TILES.get("maxnreg"))
+
+    def wy(c0, c1):
+        t = ck.WY_TILES
+        ck.chunk_gdn2_fwd_wy_kernel[(c1 - c0, H)](
+            q, k, v, g, b, w, A, AE, AZ, KG, QG, GN[c0:], None, p.cu, p.chunks[c0:], p.scale, H=H, K=K, V=V,
+            BT=64, BK=min(BK, t["BK"]), BV=ck._block_width(V, t["BV"]), STORE_G=False, STORE_AZ=True, DOT=p.DOT,
+            num_warps=t["num_warps"], num_stages=t.get("num_stages", 2))
+
+    def scan(n, a, z):
+        cu, first = _segment_map(n * T + a * 64, n * T + min(z * 64, T), n * NT + a, device)
+        ht = torch.empty(1, H, K, V, dtype=torch.float32, device=device)
+        ck.chunk_gdn2_fwd_scan_kernel[(triton.cdiv(V, BV), H)](
+            AE, AZ, KG, GN, None, None, states[n], ht, QG, Aqk, o, cu, first, H=H, K=K, V=V, BT=64, BK=BK, BV=BV,
+            USE_INITIAL_STATE=states[n] is not None, STORE_FINAL_STATE=True, STORE_STATES=False, WRITE_OUTPUT=True,
+            DOT=p.DOT, num_warps=ck.SCAN_TILES["num_warps"] if BK > 64 else 4,
+            num_stages=ck._fused_scan_stages(ck._shared_memory(device)))
+        states[n] = ht
+
+    if order == "intra_first":
+        for mode in (1, 2):
+            intra(0, B * NT, mode)
+    for a, z in segments(NT, count):
+        for n in range(B):
+            if order == "interleaved":
+                for mode in (1, 2):
+                    intra(n * NT + a, n * NT + z, mode)
+            wy(n * NT + a, n * NT + z)
+            if not sides:
+                scan(n, a, z)
+                continue
+            done = torch.cuda.Event()
+            done.record(main)
+            with torch.cuda.stream(sides[n]):
+                sides[n].wait_event(done)
+                scan(n, a, z)
+    for side in sides:
+        main.wait_stream(side)
+    return o
+
+
+def host_ms(fn, calls=50):
+    """Host time per call of fn in ms: ``calls`` calls launched without waiting for the GPU, then a wait."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return 1e3 * elapsed / calls
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--commit", default=None)
+    p.add_argument("--shapes", type=parse_shapes, default=((1, 8192, 16), (2, 8192, 16)))
+    p.add_argument("--segments", type=_int_list, default=[2, 4], help="comma-separated segment counts")
+    p.add_argument("--rounds", type=int, default=3)
+    args = p.parse_args(argv)
+    if args.rounds < 1:
+        p.error(f"--rounds must be at least 1, got {args.rounds}")
+    if not torch.cuda.is_available():
+        raise SystemExit("gpu_scan_overlap.py times kernels on a GPU; none is here")
+    result = {"provenance": provenance("cuda", args.commit, argv if argv is not None else sys.argv[1:],
+                                       program="python tools/gpu_scan_overlap.py"),
+              "dtype": "bf16", "K": 128, "V": 128, "rounds": args.rounds, "complete": False, "shapes": {}}
+    runs = {"shipped": lambda x: ck.chunk_gdn2_fwd(*x)[0]}
+    for count in args.segments:
+        for order in ORDERS:
+            runs[f"{count}_{order}"] = lambda x, count=count, order=order: overlapped_forward(*x, count, order)
+    inputs = {"x".join(map(str, s)): ck.baseline_inputs(*s) for s in args.shapes}
+    for key, x in inputs.items():
+        shipped = runs["shipped"](x)
+        rows = result["shapes"][key] = {}
+        for name, run in runs.items():
+            rows[name] = {"bitwise": bool(torch.equal(run(x), shipped)), "gpu_ms": [], "host_ms": []}
+            if not rows[name]["bitwise"]:
+                raise SystemExit(f"{name} at {key} does not give the shipped output bit for bit")
+    for round_ in range(args.rounds):
+        for key, x in inputs.items():
+            for name, run in runs.items():
+                row = result["shapes"][key][name]
+                row["gpu_ms"].append(measure_ms(lambda: run(x)))
+                row["host_ms"].append(host_ms(lambda: run(x)))
+                row["gpu_ms_median"] = statistics.median(row["gpu_ms"])
+                row["host_ms_median"] = statistics.median(row["host_ms"])
+                print(f"round {round_ + 1} {key} {name:18s} gpu {row['gpu_ms'][-1]:.4f} ms  host "
+                      f"{row['host_ms'][-1]:.4f} ms", flush=True)
+        args.out.write_text(json.dumps(result, indent=1))     # rewritten after every round
+    result["complete"] = True
+    args.out.write_text(json.dumps(result, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    main()
