@@ -57,9 +57,9 @@ _SQUARING_INVERSE = ("    b_A0, b_A1, b_A2, b_A3 = b_I, b_I, b_I, b_I\n    for i
                      + "".join(f"        b_A{j} += tl.dot(b_A{j}, b_P{j}, input_precision=\"tf32x3\")\n" for j in range(4)))
 
 # A candidate route of the issue on speed: the WY work fused into the intra kernel, after the inverse, so that the
-# inputs are read while the chunk's lines are still in L2 and no WY launch follows. The kernel reads its A blocks
-# back from L2 (as phase 2 reads L), forms the base-2 G sub-chunk by sub-chunk with the intra kernel's _gates, and
-# writes AE = A E, AZ = A Z, kg, Q_g and gamma_n as the WY kernel does (G on the chunk's last row from one sum,
+# inputs are read while the chunk's lines are still in L2 and no WY launch follows. The kernel takes A's ten blocks
+# from its registers (_store_inverse returns them), forms the base-2 G sub-chunk by sub-chunk with the intra
+# kernel's _gates, and writes AE = A E, AZ = A Z, kg, Q_g and gamma_n as the WY kernel does (G on the chunk's last row from one sum,
 # for kg and gamma_n). Its extra arguments come from the module's _FUSED_WY, set by time_intra.
 _FUSED_WY_HELPERS = '''@triton.jit
 def _lower_times(b_A00, b_A10, b_A11, b_A20, b_A21, b_A22, b_A30, b_A31, b_A32, b_A33, b_X0, b_X1, b_X2, b_X3,
@@ -101,25 +101,14 @@ def _wy_rows(q, k, b, KG, QG, p_qk, row0, i_k, T, scale, b_G, b_gn, H: tl.conste
 
 
 @triton.jit
-def _wy_after_inverse(q, k, v, g, b, w, A, AE, AZ, KG, QG, GN, bos, T, t0, i_t, i_h, scale, H: tl.constexpr,
-                      K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
-                      BV: tl.constexpr, DOT: tl.constexpr):
-    """The WY kernel's outputs of one chunk from its stored A (read back after a barrier)."""
-    tl.debug_barrier()
-    b_A00 = _load_block(A, bos, T, i_h, t0, 0, H, BT, BC)
-    b_A10 = _load_block(A, bos, T, i_h, t0 + BC, 0, H, BT, BC)
-    b_A11 = _load_block(A, bos, T, i_h, t0 + BC, BC, H, BT, BC)
-    b_A20 = _load_block(A, bos, T, i_h, t0 + 2 * BC, 0, H, BT, BC)
-    b_A21 = _load_block(A, bos, T, i_h, t0 + 2 * BC, BC, H, BT, BC)
-    b_A22 = _load_block(A, bos, T, i_h, t0 + 2 * BC, 2 * BC, H, BT, BC)
-    b_A30 = _load_block(A, bos, T, i_h, t0 + 3 * BC, 0, H, BT, BC)
-    b_A31 = _load_block(A, bos, T, i_h, t0 + 3 * BC, BC, H, BT, BC)
-    b_A32 = _load_block(A, bos, T, i_h, t0 + 3 * BC, 2 * BC, H, BT, BC)
-    b_A33 = _load_block(A, bos, T, i_h, t0 + 3 * BC, 3 * BC, H, BT, BC)
+def _wy_after_inverse(q, k, v, g, b, w, AE, AZ, KG, QG, GN, bos, T, t0, i_t, i_h, scale, b_A00, b_A10, b_A11,
+                      b_A20, b_A21, b_A22, b_A30, b_A31, b_A32, b_A33, H: tl.constexpr, K: tl.constexpr,
+                      V: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr):
+    """The WY kernel's outputs of one chunk from the ten blocks of its A, still in registers."""
     p_qk, p_vw = (bos * H + i_h) * K, (bos * H + i_h) * V
     for i_k in range(tl.cdiv(K, BK)):
         o_k = i_k * BK + tl.arange(0, BK)
-        b_gn = tl.sum(_load(g + p_qk, t0, i_k * BK, T, K, H * K, BT, BK), axis=0) * 1.4426950408889634
+        b_gn = tl.sum(_load(g + p_qk, t0, i_k * BK, T, K, H * K, 4 * BC, BK), axis=0) * 1.4426950408889634
         tl.store(GN + (i_t * H + i_h) * K + o_k, tl.exp2(b_gn), mask=o_k < K)
         b_p = tl.zeros([BK], dtype=tl.float32)
         b_G0, b_p = _gates(g, bos, T, t0, i_h, i_k, b_p, H, K, BC, BK, DOT)
@@ -151,9 +140,15 @@ _FUSED_WY_EDITS = [
     ("@triton.jit\ndef chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, flags, cu_seqlens, chunk_indices, scale,\n",
      _FUSED_WY_HELPERS + "@triton.jit\ndef chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, flags, cu_seqlens, "
      "chunk_indices, scale,\n        v, w, AE, AZ, KG, QG, GN, V: tl.constexpr, BV: tl.constexpr, BKW: tl.constexpr,\n"),
-    ("                   H, BT, BC, DOT)\n\n\n@triton.jit\ndef chunk_gdn2_fwd_wy_kernel(",
-     "                   H, BT, BC, DOT)\n    _wy_after_inverse(q, k, v, g, b, w, A, AE, AZ, KG, QG, GN, bos, T, t0, i_t, "
-     "i_h, scale, H, K, V, BT, BC, BKW, BV, DOT)\n\n\n@triton.jit\ndef chunk_gdn2_fwd_wy_kernel("),
+    ("    _store_block(A, bos, T, i_h, t0 + 3 * BC, 3 * BC, b_Ai33, H, BT, BC)\n",       # _store_inverse returns A
+     "    _store_block(A, bos, T, i_h, t0 + 3 * BC, 3 * BC, b_Ai33, H, BT, BC)\n"
+     "    return b_Ai00, b_Ai10, b_Ai11, b_Ai20, b_Ai21, b_Ai22, b_Ai30, b_Ai31, b_Ai32, b_Ai33\n"),
+    ("    _store_inverse(A, bos, T, i_h, t0, b_L00, b_L11, b_L22, b_L33, b_L10, b_L20, b_L21, b_L30, b_L31, b_L32,\n"
+     "                   H, BT, BC, DOT)\n",
+     "    b_A00, b_A10, b_A11, b_A20, b_A21, b_A22, b_A30, b_A31, b_A32, b_A33 = _store_inverse(\n"
+     "        A, bos, T, i_h, t0, b_L00, b_L11, b_L22, b_L33, b_L10, b_L20, b_L21, b_L30, b_L31, b_L32, H, BT, BC, DOT)\n"
+     "    _wy_after_inverse(q, k, v, g, b, w, AE, AZ, KG, QG, GN, bos, T, t0, i_t, i_h, scale, b_A00, b_A10, b_A11,\n"
+     "                      b_A20, b_A21, b_A22, b_A30, b_A31, b_A32, b_A33, H, K, V, BC, BKW, BV, DOT)\n"),
     ("        q, k, g, b, A, Aqk, flags, p.cu, p.chunks, p.scale, H=p.H, K=p.K, BT=64, BC=16,",
      "        q, k, g, b, A, Aqk, flags, p.cu, p.chunks, p.scale, *_FUSED_WY, V=p.V, BV=16, BKW=16, H=p.H, K=p.K, "
      "BT=64, BC=16,")]
