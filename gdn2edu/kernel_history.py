@@ -1,8 +1,9 @@
 # Generated from chapters/09_triton_chunked_forward.md by tools/tangle.py.
 # Edit the chapter, not this file: `python tools/tangle.py` rewrites it.
 
-"""Which Triton kernels a commit had: the sources of a module's @triton.jit functions and *_TILES tables at a
-git commit, to check that two recorded runs timed the same kernels (Chapters 9 and 10)."""
+"""Which Triton kernels a commit had: the sources of a module's @triton.jit functions and of its upper-case
+settings (the *_TILES tables, FUSE_OUTPUT, MID_LIMIT, ...) at a git commit, to check that two recorded runs timed
+the same kernels, launched alike (Chapters 9 to 12)."""
 
 import ast
 import subprocess
@@ -26,9 +27,10 @@ def _checkout():
 
 
 def kernel_sources(commit, path):
-    """{name: source} of the @triton.jit functions (decorators included) and of the *_TILES tables of the file
-    ``path`` (relative to the repository) at ``commit``; None where the whole history is not at hand. A commit
-    or path that the whole history does not have is a ValueError."""
+    """{name: source} of the @triton.jit functions (decorators included) and of the module-level settings
+    (public names in upper case: the tile tables and the switches and limits that decide what is launched) of
+    the file ``path`` (relative to the repository) at ``commit``; None where the whole history is not at hand.
+    A commit or path that the whole history does not have is a ValueError."""
     root = _checkout()
     if root is None:
         return None
@@ -39,8 +41,9 @@ def kernel_sources(commit, path):
     for node in ast.parse(shown.stdout).body:
         if isinstance(node, ast.FunctionDef) and any("jit" in ast.unparse(d) for d in node.decorator_list):
             found[node.name] = ast.unparse(node)
-        elif isinstance(node, ast.Assign) and ast.unparse(node.targets[0]).endswith("_TILES"):
-            found[ast.unparse(node.targets[0])] = ast.unparse(node.value)
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and node.targets[0].id.isupper() and not node.targets[0].id.startswith("_"):  # not a private cache
+            found[node.targets[0].id] = ast.unparse(node.value)
     return found
 
 

@@ -18,7 +18,8 @@ def _git(*args):
 def test_kernel_sources_reads_the_kernels_and_tables_of_a_commit():
     head = _git("rev-parse", "HEAD")
     found = kernel_sources(head, KERNEL_FILES[0])
-    assert "chunk_gdn2_fwd_intra_kernel" in found and "INTRA_TILES" in found
+    assert "chunk_gdn2_fwd_intra_kernel" in found and "INTRA_TILES" in found and "MID_LIMIT" in found
+    assert found["MID_LIMIT"] == "60.0" and "_plan" not in found            # settings, not the host functions
     assert found["chunk_gdn2_fwd_intra_kernel"].startswith("@triton.jit")
     assert same_kernels(head, head) is True
     with pytest.raises(ValueError, match="not in this repository's history"):
@@ -29,18 +30,23 @@ def test_kernel_sources_reads_the_kernels_and_tables_of_a_commit():
 
 @needs_history
 def test_same_kernels_sees_a_changed_kernel():
-    """The commit that first tangled chunk_kernels.py had other kernels than today's; e6c4116 -> f30021e changed
-    only Python around the launches."""
+    """The commit that first tangled chunk_kernels.py had other kernels than today's; 745c0d6 -> a3411b9 changed
+    a tool and a chapter only. e6c4116 -> f30021e changed no Triton function, but the backward's settings KEPT
+    and SAVED (what the forward keeps for it): a setting counts."""
     first = _git("log", "--format=%H", "--diff-filter=A", "--", KERNEL_FILES[0]).split()[-1]
     assert same_kernels(first, "HEAD", KERNEL_FILES[:1]) is False
-    assert same_kernels("e6c4116", "f30021e") is True
+    assert same_kernels("745c0d6", "a3411b9") is True
+    assert same_kernels("e6c4116", "f30021e") is False
+    assert changed_kernels("e6c4116", "f30021e", KERNEL_FILES[1]) == {"KEPT", "SAVED"}
 
 
 @needs_history
 def test_changed_kernels_names_what_a_commit_changed():
-    """19d4214 made the forward scan write the output and gave the WY kernel its stages in WY_TILES, and nothing
-    else among the forward's kernels and tables; its backward file's kernels stayed as they were."""
-    assert changed_kernels("19d4214~1", "19d4214") == {"chunk_gdn2_fwd_scan_kernel", "WY_TILES"}
+    """19d4214 made the forward scan write the output, with the switch FUSE_OUTPUT and the scan's stages in
+    FUSED_SCAN_STAGES, and gave the WY kernel its stages in WY_TILES, and nothing else among the forward's kernels
+    and settings; its backward file's kernels and settings stayed as they were."""
+    assert changed_kernels("19d4214~1", "19d4214") == {"chunk_gdn2_fwd_scan_kernel", "WY_TILES", "FUSE_OUTPUT",
+                                                       "FUSED_SCAN_STAGES"}
     assert changed_kernels("19d4214~1", "19d4214", KERNEL_FILES[1]) == set()
     assert changed_kernels("HEAD", "HEAD") == set()
 
