@@ -698,10 +698,14 @@ def _wy_states(q, k, v, g, b, w, A, p: _Plan, store_G=False, store_AZ=True, tile
     G = torch.empty(B, T, H, K, dtype=torch.float32, device=q.device) if store_G else None
     chunk_gdn2_fwd_wy_kernel[(n_chunks, H)](
         q, k, v, g, b, w, A, AE, AZ, KG, QG, GN, G, p.cu, p.chunks, p.scale, H=H, K=K, V=V, BT=64,
-        BK=min(_block_width(K), tiles["BK"]), BV=_block_width(V, tiles["BV"]),
-        STORE_G=store_G, STORE_AZ=store_AZ, DOT=p.DOT, num_warps=tiles["num_warps"],
-        num_stages=tiles.get("num_stages", 2))
+        STORE_G=store_G, STORE_AZ=store_AZ, DOT=p.DOT, **_wy_launch_options(p, tiles))
     return dict(AE=AE, AZ=AZ, KG=KG, QG=QG, GN=GN, G=G)
+
+
+def _wy_launch_options(p: _Plan, tiles):
+    """The WY launch's key and value blocks, warps and stages for the plan p and a tile table like WY_TILES."""
+    return dict(BK=min(_block_width(p.K), tiles["BK"]), BV=_block_width(p.V, tiles["BV"]),
+                num_warps=tiles["num_warps"], num_stages=tiles.get("num_stages", 2))
 
 
 def _scan_states(f, initial_state, output_final_state, p: _Plan, o=None, store_states=True):
@@ -717,15 +721,20 @@ def _scan_states(f, initial_state, output_final_state, p: _Plan, o=None, store_s
     h0 = initial_state.to(torch.float32).contiguous() if initial_state is not None else None
     ht = torch.empty(p.N, H, K, V, dtype=torch.float32, device=device) if output_final_state else None
     QG, Aqk = (f["QG"], f["Aqk"]) if o is not None else (None, None)
-    stages = SCAN_TILES["num_stages"] if o is None else _fused_scan_stages(_shared_memory(device))
     chunk_gdn2_fwd_scan_kernel[(triton.cdiv(V, BV), p.N * H)](
         f["AE"], f["AZ"], f["KG"], f["GN"], h, R, h0, ht, QG, Aqk, o, p.cu, p.chunk_offsets, H=H, K=K, V=V,
         BT=64, BK=BK, BV=BV, USE_INITIAL_STATE=h0 is not None, STORE_FINAL_STATE=ht is not None,
         STORE_STATES=store_states, WRITE_OUTPUT=o is not None, DOT=p.DOT,
-        num_warps=SCAN_TILES["num_warps"] if BK > 64 else 4,
-        num_stages=stages if p.store != torch.float32 and K <= 128 else 1)  # else they fill shared memory:
-    # float32 tiles, or K = 256, where Triton 3.6 asked 288 KiB of an H200's 227 for four stages
+        **_scan_launch_options(p, device, write_output=o is not None))
     return dict(h=h, R=R, ht=ht, o=o)
+
+
+def _scan_launch_options(p: _Plan, device, write_output):
+    """The scan launch's warps and pipeline stages for the plan p on ``device``, when it writes the output or not."""
+    stages = _fused_scan_stages(_shared_memory(device)) if write_output else SCAN_TILES["num_stages"]
+    return dict(num_warps=SCAN_TILES["num_warps"] if _block_width(p.K) > 64 else 4,
+                num_stages=stages if p.store != torch.float32 and p.K <= 128 else 1)  # else they fill shared
+    # memory: float32 tiles, or K = 256, where Triton 3.6 asked 288 KiB of an H200's 227 for four stages
 
 
 def _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p: _Plan, store_G=False, intra=None,

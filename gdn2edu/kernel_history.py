@@ -3,7 +3,7 @@
 
 """Which Triton kernels a commit had: the sources of a module's @triton.jit functions and of its upper-case
 settings (the *_TILES tables, FUSE_OUTPUT, MID_LIMIT, ...) at a git commit, to check that two recorded runs timed
-the same kernels, launched alike (Chapters 9 to 12)."""
+the same kernels with the same settings (Chapters 9 to 12). The host functions that launch them are not compared."""
 
 import ast
 import subprocess
@@ -37,8 +37,13 @@ def kernel_sources(commit, path):
     shown = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=root, capture_output=True, text=True)
     if shown.returncode != 0:
         raise ValueError(f"{commit}:{path} is not in this repository's history: {shown.stderr.strip()}")
+    return module_kernels(shown.stdout)
+
+
+def module_kernels(source):
+    """{name: source} of the @triton.jit functions and the public upper-case settings of a module's ``source``."""
     found = {}
-    for node in ast.parse(shown.stdout).body:
+    for node in ast.parse(source).body:
         if isinstance(node, ast.FunctionDef) and any("jit" in ast.unparse(d) for d in node.decorator_list):
             found[node.name] = ast.unparse(node)
         elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import triton
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -30,10 +31,15 @@ def test_segments_cover_the_chunks_once():
 @pytest.mark.parametrize("B, T", [(1, 300), (2, 200)])
 @pytest.mark.parametrize("order", overlap.ORDERS)
 def test_segmented_launches_give_the_shipped_output(B, T, order):
-    """Tails (300 and 200 are not multiples of 64), two sequences, three segments, gates strong enough that mode 2
-    redoes a chunk: every segment's launches write their own chunks, and each scan starts from the last."""
+    """Tails (300 and 200 are not multiples of 64), two sequences, three segments, a gate strong enough that mode 2
+    redoes a chunk of the last sequence in a segment past the first (the offsets into flags and the chunk map):
+    every segment's launches write their own chunks, and each scan starts from the last."""
     q, k, v, g, b, w = chunk_kernels.baseline_inputs(B, T, 2, K=32, V=32, dtype=torch.float32, device="cpu")
-    g[0, 70, 1] = -100.0
+    g[B - 1, T - 55, 1] = -100.0                                   # chunk 3 of 5 (B = 1), 2 of 4 (B = 2)
+    p = chunk_kernels._plan(q, k, v, g, b, w, None, None, None)
+    flagged = (B - 1) * triton.cdiv(T, 64) + (T - 55) // 64         # that chunk in the plan's sequence-major map
+    (a, z), = [(a, z) for a, z in overlap.segments(triton.cdiv(T, 64), 3) if a <= (T - 55) // 64 < z]
+    assert a > 0 and chunk_kernels._intra_states(q, k, g, b, p)["flags"][flagged, 1] % 2 == 1
     shipped = chunk_kernels.chunk_gdn2_fwd(q, k, v, g, b, w)[0]
     assert torch.equal(overlap.overlapped_forward(q, k, v, g, b, w, 3, order), shipped)
     with pytest.raises(ValueError, match="order must be one of"):

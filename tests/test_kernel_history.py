@@ -1,10 +1,12 @@
-"""Chapter 9's kernel_history: which Triton kernels and tile tables a commit had, read from git."""
+"""Chapter 9's kernel_history: which Triton kernels and settings (tile tables, switches, limits) a commit had,
+read from git."""
 
 import subprocess
 
 import pytest
 
-from gdn2edu.kernel_history import KERNEL_FILES, _checkout, changed_kernels, kernel_sources, same_kernels
+from gdn2edu.kernel_history import (KERNEL_FILES, _checkout, changed_kernels, kernel_sources, module_kernels,
+                                    same_kernels)
 
 ROOT = _checkout()                   # None without the whole history: the functions then answer None
 needs_history = pytest.mark.skipif(ROOT is None, reason="no complete git history here")
@@ -19,7 +21,7 @@ def test_kernel_sources_reads_the_kernels_and_tables_of_a_commit():
     head = _git("rev-parse", "HEAD")
     found = kernel_sources(head, KERNEL_FILES[0])
     assert "chunk_gdn2_fwd_intra_kernel" in found and "INTRA_TILES" in found and "MID_LIMIT" in found
-    assert found["MID_LIMIT"] == "60.0" and "_plan" not in found            # settings, not the host functions
+    assert found["MID_LIMIT"] == "60.0"
     assert found["chunk_gdn2_fwd_intra_kernel"].startswith("@triton.jit")
     assert same_kernels(head, head) is True
     with pytest.raises(ValueError, match="not in this repository's history"):
@@ -62,3 +64,11 @@ def test_without_history_every_answer_is_none(monkeypatch):
 def test_same_kernels_refuses_paths_that_are_not_a_list_of_files(paths):
     with pytest.raises(ValueError, match="paths must be a non-empty sequence"):
         same_kernels("HEAD", "HEAD", paths)
+
+
+def test_module_kernels_takes_jit_functions_and_public_settings_only():
+    source = ("import triton\nLIMIT = 60.0\nTILES = {'BK': 16}\n_CACHE = {}\nlower = 1\nA, B = 1, 2\n"
+              "@triton.jit\ndef kernel(x):\n    pass\n\ndef host(x):\n    return LIMIT\n")
+    found = module_kernels(source)
+    assert set(found) == {"LIMIT", "TILES", "kernel"}          # not the private cache, the lower-case name,
+    assert found["TILES"] == "{'BK': 16}" and found["kernel"].startswith("@triton.jit")   # a tuple target or host

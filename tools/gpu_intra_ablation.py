@@ -60,7 +60,7 @@ _SQUARING_INVERSE = ("    b_A0, b_A1, b_A2, b_A3 = b_I, b_I, b_I, b_I\n    for i
 # inputs are read while the chunk's lines are still in L2 and no WY launch follows. The kernel takes A's ten blocks
 # from its registers (_store_inverse returns them), forms the base-2 G sub-chunk by sub-chunk with the intra
 # kernel's _gates, and writes AE = A E, AZ = A Z, kg, Q_g and gamma_n as the WY kernel does (G on the chunk's last row from one sum,
-# for kg and gamma_n). Its extra arguments come from the module's _FUSED_WY, set by time_intra.
+# for kg and gamma_n). Its extra arguments come from the module's _FUSED_WY, which fuse_wy_outputs sets.
 _FUSED_WY_HELPERS = '''@triton.jit
 def _lower_times(b_A00, b_A10, b_A11, b_A20, b_A21, b_A22, b_A30, b_A31, b_A32, b_A33, b_X0, b_X1, b_X2, b_X3,
                  DOT: tl.constexpr):
@@ -209,8 +209,9 @@ def load_variant(name, folder):
 
 
 def fuse_wy_outputs(module, p, v, w):
-    """For the fused_wy variant: its extra kernel arguments (v, w and the WY outputs, uninitialised) set as the
-    module's _FUSED_WY; returns the outputs {name: tensor} of FUSED_WY_OUTPUTS."""
+    """For the fused_wy variant on the plan p: its extra kernel arguments (v, w [B, T, H, V] and the WY outputs,
+    uninitialised) set as the module's _FUSED_WY; returns the outputs {name: tensor} of FUSED_WY_OUTPUTS: AE, KG,
+    QG [B, T, H, K] and AZ [B, T, H, V] in p.store, GN [chunks, H, K] float32."""
     like = dict(dtype=p.store, device=v.device)
     out = {name: torch.empty(p.B, p.T, p.H, p.K, **like) for name in ("AE", "KG", "QG")}
     out["AZ"] = torch.empty(p.B, p.T, p.H, p.V, **like)

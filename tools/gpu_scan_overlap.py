@@ -48,7 +48,7 @@ _SEGMENT_MAPS = {}
 
 
 def _side_stream(n, device):
-    """The high-priority stream on which sequence n's scans run (made once per device)."""
+    """The high-priority stream on which sequence n's scans run (made once per sequence number and device)."""
     if (n, device) not in _SIDE_STREAMS:
         _SIDE_STREAMS[(n, device)] = torch.cuda.Stream(device=device, priority=-1)
     return _SIDE_STREAMS[(n, device)]
@@ -66,21 +66,25 @@ def _segment_map(first_row, last_row, first_chunk, device):
 
 @torch.no_grad()
 def overlapped_forward(q, k, v, g, b, w, count=2, order="intra_first"):
-    """chunk_gdn2_fwd's output [B, T, H, V] (default path, no initial state), from the shipped kernels launched over
-    ``count`` segments of each sequence's chunks in ``order`` (ORDERS), the scans on side streams (on a GPU; on the
-    CPU, in the interpreter, one after another)."""
+    """chunk_gdn2_fwd's output o [B, T, H, V] (default path, no initial state) for q, k, g, b [B, T, H, K] and v, w
+    [B, T, H, V] as chunk_gdn2_fwd takes them, from the shipped kernels launched over ``count`` segments of each
+    sequence's chunks in ``order`` (ORDERS), the scans on side streams (on a GPU; on the CPU, in the
+    interpreter, one after another). The launches take the package's own options (_launch_intra on a plan cut to
+    the segment's chunks, _wy_launch_options, _scan_launch_options)."""
     if order not in ORDERS:
         raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
     p = ck._plan(q, k, v, g, b, w, None, None, None)
     q, k, v, g, b, w = (x.contiguous() for x in (q, k, v, g, b, w))
     B, T, H, K, V = p.B, p.T, p.H, p.K, p.V
     NT, device = triton.cdiv(T, 64), q.device
+    parts = segments(NT, count)
     A, Aqk, flags = ck._intra_buffers(p, device)
     like = dict(dtype=p.store, device=device)
     AE, KG, QG = (torch.empty(B, T, H, K, **like) for _ in range(3))
     AZ = torch.empty(B, T, H, V, **like)
     GN = torch.empty(p.chunks.shape[0], H, K, dtype=torch.float32, device=device)
     o = torch.empty_like(v)
+    # the value block for all the sequences' scans together, as they run at once (one launch per sequence here)
     BK, BV = ck._block_width(K), ck._scan_value_block(ck.SCAN_TILES["BV"], p.N, H, V, device)
     main = torch.cuda.current_stream(device) if q.is_cuda else None
     sides = [_side_stream(n, device) for n in range(B)] if q.is_cuda else []
@@ -89,18 +93,12 @@ def overlapped_forward(q, k, v, g, b, w, count=2, order="intra_first"):
     states = [None] * B
 
     def intra(c0, c1, mode):          # chunks c0 .. c1 of the plan's map (sequence-major: n * NT + c)
-        ck.chunk_gdn2_fwd_intra_kernel[(c1 - c0, H)](
-            q, k, g, b, A, Aqk, flags[c0:], p.cu, p.chunks[c0:], p.scale, H=H, K=K, BT=64, BC=16,
-            BK=min(BK, ck.INTRA_TILES["BK"]), MODE=mode, MID_LIMIT=ck.MID_LIMIT,
-            OPERAND_LIMIT=ck._operand_limit(p.store), DOT=p.DOT, num_warps=ck.INTRA_TILES["num_warps"],
-            num_stages=ck.INTRA_TILES["num_stages"], maxnreg=ck.INTRA_TILES.get("maxnreg"))
+        ck._launch_intra(q, k, g, b, A, Aqk, flags[c0:], p._replace(chunks=p.chunks[c0:c1]), mode)
 
     def wy(c0, c1):
-        t = ck.WY_TILES
         ck.chunk_gdn2_fwd_wy_kernel[(c1 - c0, H)](
             q, k, v, g, b, w, A, AE, AZ, KG, QG, GN[c0:], None, p.cu, p.chunks[c0:], p.scale, H=H, K=K, V=V,
-            BT=64, BK=min(BK, t["BK"]), BV=ck._block_width(V, t["BV"]), STORE_G=False, STORE_AZ=True, DOT=p.DOT,
-            num_warps=t["num_warps"], num_stages=t.get("num_stages", 2))
+            BT=64, STORE_G=False, STORE_AZ=True, DOT=p.DOT, **ck._wy_launch_options(p, ck.WY_TILES))
 
     def scan(n, a, z):
         cu, first = _segment_map(n * T + a * 64, n * T + min(z * 64, T), n * NT + a, device)
@@ -108,14 +106,13 @@ def overlapped_forward(q, k, v, g, b, w, count=2, order="intra_first"):
         ck.chunk_gdn2_fwd_scan_kernel[(triton.cdiv(V, BV), H)](
             AE, AZ, KG, GN, None, None, states[n], ht, QG, Aqk, o, cu, first, H=H, K=K, V=V, BT=64, BK=BK, BV=BV,
             USE_INITIAL_STATE=states[n] is not None, STORE_FINAL_STATE=True, STORE_STATES=False, WRITE_OUTPUT=True,
-            DOT=p.DOT, num_warps=ck.SCAN_TILES["num_warps"] if BK > 64 else 4,
-            num_stages=ck._fused_scan_stages(ck._shared_memory(device)))
+            DOT=p.DOT, **ck._scan_launch_options(p, device, write_output=True))
         states[n] = ht
 
     if order == "intra_first":
         for mode in (1, 2):
             intra(0, B * NT, mode)
-    for a, z in segments(NT, count):
+    for a, z in parts:
         for n in range(B):
             if order == "interleaved":
                 for mode in (1, 2):
