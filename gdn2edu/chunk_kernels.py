@@ -688,53 +688,55 @@ def _wy_states(q, k, v, g, b, w, A, p: _Plan, store_G=False, store_AZ=True, tile
     Returns the dict of its results: AE, QG, KG [B, T, H, K] and AZ [B, T, H, V] (None unless store_AZ) in
     p.store; GN [chunks, H, K] float32; G, the base-2 G from each chunk's start [B, T, H, K] float32, if
     store_G (else None)."""
+    out = _wy_buffers(p, q.device, store_G, store_AZ)
+    _launch_wy(q, k, v, g, b, w, A, out, p, tiles)
+    return out
+
+
+def _wy_buffers(p: _Plan, device, store_G=False, store_AZ=True):
+    """What the WY launch writes, uninitialised, as _wy_states returns it: AE, QG, KG [B, T, H, K] and AZ
+    [B, T, H, V] (None unless store_AZ) in p.store; GN [chunks, H, K] float32; G [B, T, H, K] float32 if store_G."""
+    like = dict(dtype=p.store, device=device)
+    AE, KG, QG = (torch.empty(p.B, p.T, p.H, p.K, **like) for _ in range(3))
+    return dict(AE=AE, AZ=torch.empty(p.B, p.T, p.H, p.V, **like) if store_AZ else None, KG=KG, QG=QG,
+                GN=torch.empty(p.chunks.shape[0], p.H, p.K, dtype=torch.float32, device=device),
+                G=torch.empty(p.B, p.T, p.H, p.K, dtype=torch.float32, device=device) if store_G else None)
+
+
+def _launch_wy(q, k, v, g, b, w, A, out, p: _Plan, tiles=None):
+    """One WY launch over the chunks of p's map into ``out`` (the dict of _wy_buffers: AZ and G are written where
+    they are not None), with the tile table ``tiles`` (None: WY_TILES)."""
     tiles = WY_TILES if tiles is None else tiles
-    B, T, H, K, V = p.B, p.T, p.H, p.K, p.V
-    n_chunks = p.chunks.shape[0]
-    like = dict(dtype=p.store, device=q.device)
-    AE, KG, QG = (torch.empty(B, T, H, K, **like) for _ in range(3))
-    AZ = torch.empty(B, T, H, V, **like) if store_AZ else None
-    GN = torch.empty(n_chunks, H, K, dtype=torch.float32, device=q.device)
-    G = torch.empty(B, T, H, K, dtype=torch.float32, device=q.device) if store_G else None
-    chunk_gdn2_fwd_wy_kernel[(n_chunks, H)](
-        q, k, v, g, b, w, A, AE, AZ, KG, QG, GN, G, p.cu, p.chunks, p.scale, H=H, K=K, V=V, BT=64,
-        STORE_G=store_G, STORE_AZ=store_AZ, DOT=p.DOT, **_wy_launch_options(p, tiles))
-    return dict(AE=AE, AZ=AZ, KG=KG, QG=QG, GN=GN, G=G)
+    chunk_gdn2_fwd_wy_kernel[(p.chunks.shape[0], p.H)](
+        q, k, v, g, b, w, A, out["AE"], out["AZ"], out["KG"], out["QG"], out["GN"], out["G"], p.cu, p.chunks,
+        p.scale, H=p.H, K=p.K, V=p.V, BT=64, BK=min(_block_width(p.K), tiles["BK"]),
+        BV=_block_width(p.V, tiles["BV"]), STORE_G=out["G"] is not None, STORE_AZ=out["AZ"] is not None,
+        DOT=p.DOT, num_warps=tiles["num_warps"], num_stages=tiles.get("num_stages", 2))
 
 
-def _wy_launch_options(p: _Plan, tiles):
-    """The WY launch's key and value blocks, warps and stages for the plan p and a tile table like WY_TILES."""
-    return dict(BK=min(_block_width(p.K), tiles["BK"]), BV=_block_width(p.V, tiles["BV"]),
-                num_warps=tiles["num_warps"], num_stages=tiles.get("num_stages", 2))
-
-
-def _scan_states(f, initial_state, output_final_state, p: _Plan, o=None, store_states=True):
+def _scan_states(f, initial_state, output_final_state, p: _Plan, o=None, store_states=True, value_block=None):
     """The scan launch on the WY results f (AE, AZ, KG, GN; with o also QG and Aqk). Returns the dict of its
     results: R [B, T, H, V] and h [chunks, H, K, V] in p.store (None unless store_states), ht [N, H, K, V]
-    float32 or None, and o [B, T, H, V] as given: if it is not None, the scan writes the output into it."""
+    float32 or None, and o [B, T, H, V] as given: if it is not None, the scan writes the output into it.
+    ``value_block``: the scan's value block, None for the one SCAN_TILES picks for p's N sequences."""
     H, K, V = p.H, p.K, p.V
     device = f["AE"].device
     BK = _block_width(K)
-    BV = _scan_value_block(SCAN_TILES["BV"], p.N, H, V, device)
+    BV = _scan_value_block(SCAN_TILES["BV"], p.N, H, V, device) if value_block is None else value_block
     R = torch.empty(p.B, p.T, H, V, dtype=p.store, device=device) if store_states else None
     h = torch.empty(p.chunks.shape[0], H, K, V, dtype=p.store, device=device) if store_states else None
     h0 = initial_state.to(torch.float32).contiguous() if initial_state is not None else None
     ht = torch.empty(p.N, H, K, V, dtype=torch.float32, device=device) if output_final_state else None
     QG, Aqk = (f["QG"], f["Aqk"]) if o is not None else (None, None)
+    stages = SCAN_TILES["num_stages"] if o is None else _fused_scan_stages(_shared_memory(device))
     chunk_gdn2_fwd_scan_kernel[(triton.cdiv(V, BV), p.N * H)](
         f["AE"], f["AZ"], f["KG"], f["GN"], h, R, h0, ht, QG, Aqk, o, p.cu, p.chunk_offsets, H=H, K=K, V=V,
         BT=64, BK=BK, BV=BV, USE_INITIAL_STATE=h0 is not None, STORE_FINAL_STATE=ht is not None,
         STORE_STATES=store_states, WRITE_OUTPUT=o is not None, DOT=p.DOT,
-        **_scan_launch_options(p, device, write_output=o is not None))
+        num_warps=SCAN_TILES["num_warps"] if BK > 64 else 4,
+        num_stages=stages if p.store != torch.float32 and K <= 128 else 1)  # else they fill shared memory:
+    # float32 tiles, or K = 256, where Triton 3.6 asked 288 KiB of an H200's 227 for four stages
     return dict(h=h, R=R, ht=ht, o=o)
-
-
-def _scan_launch_options(p: _Plan, device, write_output):
-    """The scan launch's warps and pipeline stages for the plan p on ``device``, when it writes the output or not."""
-    stages = _fused_scan_stages(_shared_memory(device)) if write_output else SCAN_TILES["num_stages"]
-    return dict(num_warps=SCAN_TILES["num_warps"] if _block_width(p.K) > 64 else 4,
-                num_stages=stages if p.store != torch.float32 and p.K <= 128 else 1)  # else they fill shared
-    # memory: float32 tiles, or K = 256, where Triton 3.6 asked 288 KiB of an H200's 227 for four stages
 
 
 def _forward_states(q, k, v, g, b, w, initial_state, output_final_state, p: _Plan, store_G=False, intra=None,

@@ -42,6 +42,8 @@ def kernel_sources(commit, path):
 
 def module_kernels(source):
     """{name: source} of the @triton.jit functions and the public upper-case settings of a module's ``source``."""
+    if not isinstance(source, str):
+        raise ValueError(f"source must be a module's Python source as a str, got {type(source).__name__}")
     found = {}
     for node in ast.parse(source).body:
         if isinstance(node, ast.FunctionDef) and any("jit" in ast.unparse(d) for d in node.decorator_list):

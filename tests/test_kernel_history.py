@@ -72,3 +72,5 @@ def test_module_kernels_takes_jit_functions_and_public_settings_only():
     found = module_kernels(source)
     assert set(found) == {"LIMIT", "TILES", "kernel"}          # not the private cache, the lower-case name,
     assert found["TILES"] == "{'BK': 16}" and found["kernel"].startswith("@triton.jit")   # a tuple target or host
+    with pytest.raises(ValueError, match="source must be a module's Python source as a str, got bytes"):
+        module_kernels(source.encode())

@@ -212,11 +212,9 @@ def fuse_wy_outputs(module, p, v, w):
     """For the fused_wy variant on the plan p: its extra kernel arguments (v, w [B, T, H, V] and the WY outputs,
     uninitialised) set as the module's _FUSED_WY; returns the outputs {name: tensor} of FUSED_WY_OUTPUTS: AE, KG,
     QG [B, T, H, K] and AZ [B, T, H, V] in p.store, GN [chunks, H, K] float32."""
-    like = dict(dtype=p.store, device=v.device)
-    out = {name: torch.empty(p.B, p.T, p.H, p.K, **like) for name in ("AE", "KG", "QG")}
-    out["AZ"] = torch.empty(p.B, p.T, p.H, p.V, **like)
-    out["GN"] = torch.empty(p.chunks.shape[0], p.H, p.K, dtype=torch.float32, device=v.device)
-    module._FUSED_WY = (v, w, *(out[name] for name in FUSED_WY_OUTPUTS))
+    buffers = module._wy_buffers(p, v.device)
+    out = {name: buffers[name] for name in FUSED_WY_OUTPUTS}
+    module._FUSED_WY = (v, w, *out.values())
     return out
 
 

@@ -69,23 +69,20 @@ def overlapped_forward(q, k, v, g, b, w, count=2, order="intra_first"):
     """chunk_gdn2_fwd's output o [B, T, H, V] (default path, no initial state) for q, k, g, b [B, T, H, K] and v, w
     [B, T, H, V] as chunk_gdn2_fwd takes them, from the shipped kernels launched over ``count`` segments of each
     sequence's chunks in ``order`` (ORDERS), the scans on side streams (on a GPU; on the CPU, in the
-    interpreter, one after another). The launches take the package's own options (_launch_intra on a plan cut to
-    the segment's chunks, _wy_launch_options, _scan_launch_options)."""
+    interpreter, one after another). The launches are the package's own: _launch_intra and _launch_wy on a plan
+    cut to the segment's chunks, _scan_states on a plan whose one sequence is the segment."""
     if order not in ORDERS:
         raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
     p = ck._plan(q, k, v, g, b, w, None, None, None)
     q, k, v, g, b, w = (x.contiguous() for x in (q, k, v, g, b, w))
-    B, T, H, K, V = p.B, p.T, p.H, p.K, p.V
+    B, T, H, V = p.B, p.T, p.H, p.V
     NT, device = triton.cdiv(T, 64), q.device
     parts = segments(NT, count)
     A, Aqk, flags = ck._intra_buffers(p, device)
-    like = dict(dtype=p.store, device=device)
-    AE, KG, QG = (torch.empty(B, T, H, K, **like) for _ in range(3))
-    AZ = torch.empty(B, T, H, V, **like)
-    GN = torch.empty(p.chunks.shape[0], H, K, dtype=torch.float32, device=device)
+    f = dict(ck._wy_buffers(p, device), Aqk=Aqk)
     o = torch.empty_like(v)
     # the value block for all the sequences' scans together, as they run at once (one launch per sequence here)
-    BK, BV = ck._block_width(K), ck._scan_value_block(ck.SCAN_TILES["BV"], p.N, H, V, device)
+    BV = ck._scan_value_block(ck.SCAN_TILES["BV"], p.N, H, V, device)
     main = torch.cuda.current_stream(device) if q.is_cuda else None
     sides = [_side_stream(n, device) for n in range(B)] if q.is_cuda else []
     for side in sides:
@@ -96,18 +93,12 @@ def overlapped_forward(q, k, v, g, b, w, count=2, order="intra_first"):
         ck._launch_intra(q, k, g, b, A, Aqk, flags[c0:], p._replace(chunks=p.chunks[c0:c1]), mode)
 
     def wy(c0, c1):
-        ck.chunk_gdn2_fwd_wy_kernel[(c1 - c0, H)](
-            q, k, v, g, b, w, A, AE, AZ, KG, QG, GN[c0:], None, p.cu, p.chunks[c0:], p.scale, H=H, K=K, V=V,
-            BT=64, STORE_G=False, STORE_AZ=True, DOT=p.DOT, **ck._wy_launch_options(p, ck.WY_TILES))
+        ck._launch_wy(q, k, v, g, b, w, A, dict(f, GN=f["GN"][c0:]), p._replace(chunks=p.chunks[c0:c1]))
 
     def scan(n, a, z):
         cu, first = _segment_map(n * T + a * 64, n * T + min(z * 64, T), n * NT + a, device)
-        ht = torch.empty(1, H, K, V, dtype=torch.float32, device=device)
-        ck.chunk_gdn2_fwd_scan_kernel[(triton.cdiv(V, BV), H)](
-            AE, AZ, KG, GN, None, None, states[n], ht, QG, Aqk, o, cu, first, H=H, K=K, V=V, BT=64, BK=BK, BV=BV,
-            USE_INITIAL_STATE=states[n] is not None, STORE_FINAL_STATE=True, STORE_STATES=False, WRITE_OUTPUT=True,
-            DOT=p.DOT, **ck._scan_launch_options(p, device, write_output=True))
-        states[n] = ht
+        segment = p._replace(cu=cu, chunk_offsets=first, N=1)
+        states[n] = ck._scan_states(f, states[n], True, segment, o=o, store_states=False, value_block=BV)["ht"]
 
     if order == "intra_first":
         for mode in (1, 2):
@@ -133,6 +124,8 @@ def overlapped_forward(q, k, v, g, b, w, count=2, order="intra_first"):
 
 def host_ms(fn, calls=50):
     """Host time per call of fn in ms: ``calls`` calls launched without waiting for the GPU, then a wait."""
+    if isinstance(calls, bool) or not isinstance(calls, int) or calls < 1:
+        raise ValueError(f"calls must be a positive int, got {calls!r}")
     torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(calls):
