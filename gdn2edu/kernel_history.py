@@ -10,6 +10,10 @@ import subprocess
 from pathlib import Path
 
 KERNEL_FILES = ("gdn2edu/chunk_kernels.py", "gdn2edu/chunk_backward_kernels.py")
+# Settings that 16-bit inputs never read: chunk_kernels._plan gives their products "tf32" whatever FLOAT32_DOT
+# says (tests/test_kernel_history.py checks that float16 results do not depend on it). A record of bf16 or fp16
+# runs compares kernels ignoring them; so does one that states the FLOAT32_DOT it ran with (--fp32-dot).
+FLOAT32_ONLY = ("FLOAT32_DOT", "FLOAT32_DOTS")
 
 
 def _checkout():
@@ -54,21 +58,31 @@ def module_kernels(source):
     return found
 
 
-def same_kernels(commit_a, commit_b, paths=KERNEL_FILES):
+def _compared(sources, ignoring):
+    """kernel_sources without the settings named in ``ignoring`` (a tuple of names of FLOAT32_ONLY): a name
+    outside it, a Triton function for one, is a ValueError, so that no kernel is left out of a comparison."""
+    if isinstance(ignoring, str) or not set(ignoring) <= set(FLOAT32_ONLY):
+        raise ValueError(f"ignoring must be a tuple of names from FLOAT32_ONLY {FLOAT32_ONLY}, got {ignoring!r}")
+    return None if sources is None else {name: s for name, s in sources.items() if name not in ignoring}
+
+
+def same_kernels(commit_a, commit_b, paths=KERNEL_FILES, ignoring=()):
     """True if each file of ``paths`` has kernels and the same kernel_sources at the two commits, False if one
-    differs, None where the whole history is not at hand."""
+    differs, None where the whole history is not at hand. Settings named in ``ignoring`` (FLOAT32_ONLY: for a
+    record of 16-bit runs, or one that states its FLOAT32_DOT) are not compared."""
     if isinstance(paths, str) or not paths:
         raise ValueError(f"paths must be a non-empty sequence of file paths, got {paths!r}")
-    pairs = [(kernel_sources(commit_a, path), kernel_sources(commit_b, path)) for path in paths]
+    pairs = [(_compared(kernel_sources(commit_a, path), ignoring), _compared(kernel_sources(commit_b, path), ignoring))
+             for path in paths]
     if any(None in pair for pair in pairs):
         return None
     return all(a and a == b for a, b in pairs)
 
 
-def changed_kernels(commit_a, commit_b, path=KERNEL_FILES[0]):
+def changed_kernels(commit_a, commit_b, path=KERNEL_FILES[0], ignoring=()):
     """The names of the kernel_sources of ``path`` that differ between the two commits (one that only one of
-    them has counts), or None where the whole history is not at hand."""
-    a, b = kernel_sources(commit_a, path), kernel_sources(commit_b, path)
+    them has counts), or None where the whole history is not at hand; settings named in ``ignoring`` left out."""
+    a, b = (_compared(kernel_sources(c, path), ignoring) for c in (commit_a, commit_b))
     if a is None or b is None:
         return None
     return {name for name in a.keys() | b.keys() if a.get(name) != b.get(name)}

@@ -133,11 +133,12 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch):
 def test_shipped_kernel_settings():
     """The module settings as shipped, which the chapters describe: with 16-bit inputs the intermediates are
     stored in that type (Chapter 9, as FLA does; the benchmark's --fp32-intermediates help says "shipped: on"),
-    and float32 products are "ieee" until a GPU has measured the speed and accuracy of the others (Chapter 9's
-    comment on FLOAT32_DOT). Changing either is a decision for the chapters, not a side effect: the one test
-    that pins them. The tests of the switches compare with the value found before they ran."""
+    and float32 products are "tf32x3", which the H200's records found as accurate as "ieee" and faster
+    (Chapter 9's comment on FLOAT32_DOT, Chapter 11's cells). Changing either is a decision for the chapters, not
+    a side effect: the one test that pins them. The tests of the switches compare with the value found before
+    they ran."""
     assert chunk_kernels.LOW_PRECISION_INTERMEDIATES is True
-    assert chunk_kernels.FLOAT32_DOT == "ieee"
+    assert chunk_kernels.FLOAT32_DOT == "tf32x3"
     assert chunk_kernels.FUSE_OUTPUT is True
 
 
@@ -145,9 +146,11 @@ def test_float32_dot_setting_reaches_the_plan_and_is_checked(monkeypatch):
     """chunk_kernels.FLOAT32_DOT is the precision of float32 inputs' products (the backward shares the plan);
     16-bit inputs keep tf32; a value Triton does not offer is refused by name before any launch."""
     x = _inputs()
-    monkeypatch.setattr(chunk_kernels, "FLOAT32_DOT", "tf32x3")
-    assert chunk_kernels._plan(*x, None, None, None).DOT == "tf32x3"
-    assert chunk_kernels._plan(*(t.half() for t in x), None, None, None).DOT == "tf32"
+    for dot in chunk_kernels.FLOAT32_DOTS:
+        monkeypatch.setattr(chunk_kernels, "FLOAT32_DOT", dot)
+        assert chunk_kernels._plan(*x, None, None, None).DOT == dot
+        for half in (torch.float16, torch.bfloat16):
+            assert chunk_kernels._plan(*(t.to(half) for t in x), None, None, None).DOT == "tf32"
     monkeypatch.setattr(chunk_kernels, "FLOAT32_DOT", "fp32")
     with pytest.raises(ValueError, match="FLOAT32_DOT must be one of"):
         chunk_gdn2(*x)

@@ -5,8 +5,8 @@ import subprocess
 
 import pytest
 
-from gdn2edu.kernel_history import (KERNEL_FILES, _checkout, changed_kernels, kernel_sources, module_kernels,
-                                    same_kernels)
+from gdn2edu.kernel_history import (FLOAT32_ONLY, KERNEL_FILES, _checkout, changed_kernels, kernel_sources,
+                                    module_kernels, same_kernels)
 
 ROOT = _checkout()                   # None without the whole history: the functions then answer None
 needs_history = pytest.mark.skipif(ROOT is None, reason="no complete git history here")
@@ -74,3 +74,39 @@ def test_module_kernels_takes_jit_functions_and_public_settings_only():
     assert found["TILES"] == "{'BK': 16}" and found["kernel"].startswith("@triton.jit")   # a tuple target or host
     with pytest.raises(ValueError, match="source must be a module's Python source as a str, got bytes"):
         module_kernels(source.encode())
+
+
+def test_only_the_plan_reads_the_float32_only_settings():
+    """FLOAT32_ONLY's promise, that 16-bit inputs never read those settings: in the kernel modules no function
+    but the plan (which gives 16-bit inputs "tf32", test_chunk_kernels checks) and kernel_settings (which sets
+    them) names them, and no Triton function at all."""
+    import ast
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    readers = {}
+    for path in KERNEL_FILES:
+        for node in ast.parse((root / path).read_text()).body:
+            if isinstance(node, ast.FunctionDef):
+                names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+                if names & set(FLOAT32_ONLY):
+                    readers[path, node.name] = names & set(FLOAT32_ONLY)
+    assert set(readers) == {(KERNEL_FILES[0], "_plan"), (KERNEL_FILES[0], "kernel_settings")}, readers
+
+
+@needs_history
+def test_ignoring_leaves_out_the_float32_only_settings_and_nothing_else():
+    """676020e -> HEAD: the default FLOAT32_DOT changed, from "ieee" to "tf32x3"; ignoring FLOAT32_ONLY the two
+    commits have the same kernels. A kernel's name, or a str, is refused: no kernel can be left out."""
+    assert "FLOAT32_DOT" in changed_kernels("676020e", "HEAD")
+    assert changed_kernels("676020e", "HEAD", ignoring=FLOAT32_ONLY) == set()
+    assert same_kernels("676020e", "HEAD") is False
+    assert same_kernels("676020e", "HEAD", ignoring=FLOAT32_ONLY) is True
+    assert same_kernels("19d4214~1", "19d4214", ignoring=FLOAT32_ONLY) is False     # the scan kernel still counts
+
+
+@pytest.mark.parametrize("ignoring", [("chunk_gdn2_fwd_scan_kernel",), ("INTRA_TILES",), "FLOAT32_DOT"])
+def test_ignoring_refuses_anything_but_float32_only_settings(ignoring):
+    with pytest.raises(ValueError, match="ignoring must be a tuple of names from FLOAT32_ONLY"):
+        same_kernels("HEAD", "HEAD", ignoring=ignoring)
+    with pytest.raises(ValueError, match="ignoring must be a tuple of names from FLOAT32_ONLY"):
+        changed_kernels("HEAD", "HEAD", ignoring=ignoring)
