@@ -44,12 +44,12 @@ def test_launches_take_the_float32_precision(root):
     code = ("import sys; sys.path.insert(0, 'tools'); import hopper_compile_check as h; "
             "from gdn2edu import chunk_kernels as ck\n"
             "print(ck.FLOAT32_DOT)\n"
-            "for dot in (None, 'tf32x3'):\n"
+            "for dot in (None, 'ieee'):\n"
             "    got = {(bool(bf16), c['DOT']) for _, c, _, _, bf16 in h.launches(128, 128, dot) if 'DOT' in c}\n"
             "    print(sorted(got) == [(False, dot or ck.FLOAT32_DOT), (True, 'tf32')], ck.FLOAT32_DOT)")
     stdout = run_code(root, code)
     shipped, *rest = stdout.split()
-    assert shipped != "tf32x3" and rest == ["True", shipped, "True", shipped], stdout
+    assert shipped != "ieee" and rest == ["True", shipped, "True", shipped], stdout
 
 
 @pytest.mark.parametrize("option, value", [("--kernels", "chunk_gdn2_fwd_nothing_kernel"),

@@ -95,17 +95,19 @@ def test_only_the_plan_reads_the_float32_only_settings():
 
 @needs_history
 def test_ignoring_leaves_out_the_float32_only_settings_and_nothing_else():
-    """676020e -> HEAD: the default FLOAT32_DOT changed, from "ieee" to "tf32x3"; ignoring FLOAT32_ONLY the two
-    commits have the same kernels. A kernel's name, or a str, is refused: no kernel can be left out."""
-    assert "FLOAT32_DOT" in changed_kernels("676020e", "HEAD")
-    assert changed_kernels("676020e", "HEAD", ignoring=FLOAT32_ONLY) == set()
-    assert same_kernels("676020e", "HEAD") is False
-    assert same_kernels("676020e", "HEAD", ignoring=FLOAT32_ONLY) is True
+    """aa50ef6 changed the default FLOAT32_DOT, from "ieee" to "tf32x3", and no other kernel or setting:
+    ignoring FLOAT32_ONLY its parent has the same kernels."""
+    assert changed_kernels("aa50ef6~1", "aa50ef6") == {"FLOAT32_DOT"}
+    assert changed_kernels("aa50ef6~1", "aa50ef6", ignoring=FLOAT32_ONLY) == set()
+    assert same_kernels("aa50ef6~1", "aa50ef6") is False
+    assert same_kernels("aa50ef6~1", "aa50ef6", ignoring=FLOAT32_ONLY) is True
     assert same_kernels("19d4214~1", "19d4214", ignoring=FLOAT32_ONLY) is False     # the scan kernel still counts
 
 
 @pytest.mark.parametrize("ignoring", [("chunk_gdn2_fwd_scan_kernel",), ("INTRA_TILES",), "FLOAT32_DOT"])
 def test_ignoring_refuses_anything_but_float32_only_settings(ignoring):
+    """A kernel's name, a tile table, or a bare str (whose letters would be names): refused, so that no kernel or
+    setting that 16-bit inputs read can be left out of a comparison."""
     with pytest.raises(ValueError, match="ignoring must be a tuple of names from FLOAT32_ONLY"):
         same_kernels("HEAD", "HEAD", ignoring=ignoring)
     with pytest.raises(ValueError, match="ignoring must be a tuple of names from FLOAT32_ONLY"):
