@@ -353,8 +353,23 @@ def _int_list(text):
     return values
 
 
+def package_commit():
+    """The git commit of the checkout gdn2edu is imported from, with "+modified" appended where the package's
+    files differ from it (uncommitted edits, or a newer tree copied beside an older .git, as on a machine the tree
+    was sent to): such a record's code is no commit's, and kernel_history refuses to compare it. "unknown" where
+    there is no git (an installed package)."""
+    where = dict(capture_output=True, text=True, timeout=30, cwd=Path(gdn2edu.__file__).resolve().parent, check=True)
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], **where).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "."], **where).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head + "+modified" if changed.strip() else head
+
+
 def provenance(device, commit=None, argv=(), program="python -m gdn2edu.bench"):
-    """Where and with what a result was measured: device name, driver, torch, triton, FLA, date, commit, and the
+    """Where and with what a result was measured: device name, driver, torch, triton, FLA, date, commit (None:
+    package_commit(); pass the commit of the code under test where the checkout's git cannot tell it), and the
     command (``program`` and its arguments argv)."""
     import triton
     gpu = torch.device(device).type == "cuda"
@@ -366,11 +381,7 @@ def provenance(device, commit=None, argv=(), program="python -m gdn2edu.bench"):
         except (OSError, IndexError, subprocess.SubprocessError):
             driver = None
     if commit is None:
-        try:
-            commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30,
-                                    cwd=Path(gdn2edu.__file__).resolve().parent, check=True).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            commit = "unknown"
+        commit = package_commit()
     try:
         fla = importlib.metadata.version("fla-core")
     except importlib.metadata.PackageNotFoundError:
@@ -448,7 +459,8 @@ def build_parser():
     p.add_argument("--compile-timeout", type=float, default=120.0,
                    help="seconds allowed for one torch.compile measurement (compile included)")
     p.add_argument("--out", type=Path, help="JSON file to write (rewritten after every measurement)")
-    p.add_argument("--commit", help="git commit of the measured code (default: git rev-parse HEAD)")
+    p.add_argument("--commit", help="git commit of the measured code (default: package_commit(), git's HEAD, "
+                        "+modified if the package differs from it)")
     p.add_argument("--processes", type=int, default=1,
                    help="run the benchmark in this many separate processes, one after the other, each with the "
                         "whole --budget (not split), and write one JSON with each result and medians over them")

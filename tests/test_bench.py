@@ -456,3 +456,26 @@ def test_warmup_outcome_reads_each_way_a_warm_up_ends():
 def test_warmup_outcome_names_its_argument_on_an_entry_that_is_not_a_dict():
     with pytest.raises(ValueError, match="warmup is not a warm-up process entry.*'NoneType'"):
         bench.warmup_outcome(None)
+
+
+def test_package_commit_marks_code_that_is_no_commit(tmp_path, monkeypatch):
+    """provenance's default commit: git HEAD of the package's checkout; "+modified" where the package's files
+    differ from it (a record of such a run names no commit that kernel_history could compare); "unknown" without
+    git. A fake package in a fresh repository stands in for gdn2edu's."""
+    git = dict(cwd=tmp_path, check=True, capture_output=True)
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("X = 1\n")
+    monkeypatch.setattr(bench.gdn2edu, "__file__", str(package / "__init__.py"))
+    assert bench.package_commit() == "unknown"                                   # no repository yet
+    subprocess.run(["git", "init", "-q"], **git)
+    subprocess.run(["git", "add", "."], **git)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one"], **git)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], text=True, **git).stdout.strip()
+    assert bench.package_commit() == head
+    (tmp_path / "beside.txt").write_text("not the package\n")                     # untracked, outside: still clean
+    assert bench.package_commit() == head
+    (package / "__init__.py").write_text("X = 2\n")
+    assert bench.package_commit() == head + "+modified"
+    assert bench.provenance("cpu")["commit"] == head + "+modified"
+    assert bench.provenance("cpu", commit="abc")["commit"] == "abc"              # the caller's word wins

@@ -229,7 +229,8 @@ def main(argv=None):
                    help="also run our kernels on the bf16 and fp16 cases with float32 intermediates")
     p.add_argument("--recompute-modes", action="store_true",
                    help="also run our kernels with recompute_states=True and with disable_recompute=True")
-    p.add_argument("--commit", help="git commit of the code under test (default: git rev-parse HEAD)")
+    p.add_argument("--commit", help="git commit of the code under test (default: git's HEAD, +modified if the "
+                                    "package differs)")
     p.add_argument("--budget", type=float, default=400.0,
                    help="seconds after which no new case starts, nor the 2^31-offset batch (the record and the "
                         "log say so, in offsets_past_int32_skipped)")

@@ -67,7 +67,8 @@ def main(argv=None):
     parser.add_argument("--budget", type=float, default=150.0, help="seconds after which no new setting starts")
     parser.add_argument("--tables", default="BWD_INPUTS_TILES,BWD_WY_TILES",
                         help=f"which tables to tune, from {', '.join(SETTINGS)}")
-    parser.add_argument("--commit", help="git commit of the code being measured (default: git rev-parse HEAD)")
+    parser.add_argument("--commit", help="git commit of the code being measured (default: git's HEAD, +modified if "
+                                         "the package differs)")
     parser.add_argument("--scan-blocks", action="store_true", help="also time the reverse scan's value blocks")
     args = parser.parse_args(argv)
     names = args.tables.split(",")

@@ -324,8 +324,8 @@ def parse_args(argv):
     parser.add_argument("--aligned", action="store_true",
                         help="pointer arguments 16-byte aligned, as a launch on torch tensors specializes them")
     parser.add_argument("--out", help="write every compiled launch, its resources and the provenance to this JSON file")
-    parser.add_argument("--commit", help="the commit to record with --out (default: git rev-parse HEAD where gdn2edu "
-                                         "is imported from)")
+    parser.add_argument("--commit", help="the commit to record with --out (default: git's HEAD where gdn2edu is "
+                                         "imported from, +modified if the package differs from it)")
     parser.add_argument("--tile", action="append", default=[], metavar="TABLE.KEY=VALUE",
                         help="compile with one entry of a tile table changed, e.g. INTRA_TILES.BK=16 (repeatable; "
                              "--out records the tables compiled)")
