@@ -28,6 +28,8 @@ def test_kernel_sources_reads_the_kernels_and_tables_of_a_commit():
         kernel_sources(head, "no/such/file.py")
     with pytest.raises(ValueError, match="not in this repository's history"):
         kernel_sources("0" * 40, KERNEL_FILES[0])
+    with pytest.raises(ValueError, match="not in this repository's history"):    # bench.package_commit's mark of
+        same_kernels(head + "+modified", head)                                  # a run of uncommitted code
 
 
 @needs_history
