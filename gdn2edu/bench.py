@@ -355,13 +355,14 @@ def _int_list(text):
 
 def package_commit():
     """The git commit of the checkout gdn2edu is imported from, with "+modified" appended where the package's
-    files differ from it (uncommitted edits, or a newer tree copied beside an older .git, as on a machine the tree
-    was sent to): such a record's code is no commit's, and kernel_history refuses to compare it. "unknown" where
-    there is no git (an installed package)."""
-    where = dict(capture_output=True, text=True, timeout=30, cwd=Path(gdn2edu.__file__).resolve().parent, check=True)
+    files differ from it (uncommitted edits or new files, or a newer tree copied beside an older .git, as on a
+    machine the tree was sent to): such a record's code is no commit's, and kernel_history refuses to compare it.
+    "unknown" where there is no git (an installed package). Reads git without taking its locks."""
+    where = dict(capture_output=True, text=True, timeout=30, cwd=Path(gdn2edu.__file__).resolve().parent, check=True,
+                 env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"})
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], **where).stdout.strip()
-        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "."], **where).stdout
+        changed = subprocess.run(["git", "status", "--porcelain", "--", "."], **where).stdout
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return head + "+modified" if changed.strip() else head
@@ -391,6 +392,15 @@ def provenance(device, commit=None, argv=(), program="python -m gdn2edu.bench"):
             "triton": triton.__version__, "fla": fla, "commit": commit,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": " ".join([program, *argv])}
+
+
+def gpu_record(tool, commit, argv, **fields):
+    """The start of a GPU tool's JSON record: its provenance (the program "python tools/<tool>" with argv, None:
+    sys.argv's) and ``fields``; a SystemExit naming the tool, before any work, where no GPU is here."""
+    if not torch.cuda.is_available():
+        raise SystemExit(f"{tool} times kernels on a GPU; none is here")
+    return {"provenance": provenance("cuda", commit, sys.argv[1:] if argv is None else argv,
+                                     program=f"python tools/{tool}"), **fields}
 
 
 class _OutOfTime(BaseException):          # not caught by libraries' "except Exception"

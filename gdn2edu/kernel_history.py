@@ -11,8 +11,9 @@ from pathlib import Path
 
 KERNEL_FILES = ("gdn2edu/chunk_kernels.py", "gdn2edu/chunk_backward_kernels.py")
 # Settings that 16-bit inputs never read: chunk_kernels._plan gives their products "tf32" whatever FLOAT32_DOT
-# says (tests/test_kernel_history.py checks that float16 results do not depend on it). A record of bf16 or fp16
-# runs compares kernels ignoring them; so does one that states the FLOAT32_DOT it ran with (--fp32-dot).
+# says (tests/test_chunk_kernels.py checks the plan, tests/test_kernel_history.py that no other function of the
+# kernel modules names them). A record of bf16 or fp16 runs compares kernels ignoring them; so does one that
+# states the FLOAT32_DOT it ran with (--fp32-dot).
 FLOAT32_ONLY = ("FLOAT32_DOT", "FLOAT32_DOTS")
 
 

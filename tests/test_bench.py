@@ -475,6 +475,9 @@ def test_package_commit_marks_code_that_is_no_commit(tmp_path, monkeypatch):
     assert bench.package_commit() == head
     (tmp_path / "beside.txt").write_text("not the package\n")                     # untracked, outside: still clean
     assert bench.package_commit() == head
+    (package / "new.py").write_text("Y = 1\n")                                   # a new file in the package
+    assert bench.package_commit() == head + "+modified"
+    (package / "new.py").unlink()
     (package / "__init__.py").write_text("X = 2\n")
     assert bench.package_commit() == head + "+modified"
     assert bench.provenance("cpu")["commit"] == head + "+modified"

@@ -78,7 +78,7 @@ def test_module_kernels_takes_jit_functions_and_public_settings_only():
         module_kernels(source.encode())
 
 
-def test_only_the_plan_reads_the_float32_only_settings():
+def test_only_the_plan_and_kernel_settings_name_the_float32_only_settings():
     """FLOAT32_ONLY's promise, that 16-bit inputs never read those settings: in the kernel modules no function
     but the plan (which gives 16-bit inputs "tf32", test_chunk_kernels checks) and kernel_settings (which sets
     them) names them, and no Triton function at all."""

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 import triton
 
-from gdn2edu.bench import _int_list, decode_implementation, measure_ms, provenance
+from gdn2edu.bench import _int_list, decode_implementation, gpu_record, measure_ms
 from gdn2edu.chunk_kernels import baseline_inputs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -85,12 +85,8 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.calls < 1:
         p.error(f"--calls must be at least 1, got {args.calls}")
-    if not torch.cuda.is_available():
-        raise SystemExit("gpu_decode_timing.py times a decode step on a GPU; none is here")
-    result = {"provenance": provenance("cuda", args.commit, argv if argv is not None else sys.argv[1:],
-                                       program="python tools/gpu_decode_timing.py"),
-              "dtype": "bf16", "H": 16, "K": 128, "V": 128, "calls": args.calls,
-              "rows": decode_rows(args.batches, args.calls)}
+    result = gpu_record("gpu_decode_timing.py", args.commit, argv, dtype="bf16", H=16, K=128, V=128, calls=args.calls)
+    result["rows"] = decode_rows(args.batches, args.calls)
     args.out.write_text(json.dumps(result, indent=1))
 
 

@@ -26,9 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import torch
-
-from gdn2edu.bench import measure_ms, parse_shapes, provenance
+from gdn2edu.bench import gpu_record, measure_ms, parse_shapes
 
 SOURCE = Path(__file__).resolve().parents[1] / "gdn2edu" / "chunk_kernels.py"
 
@@ -46,7 +44,7 @@ _SKIP_SUBSTITUTION = ("        b_A0 = _substitute_row(b_A0, b_L0, m_i)\n        
 # A candidate, not a cut: the diagonal blocks' inverse by repeated squaring. L is strictly lower triangular, so
 # L^16 = 0 and (I + L)^{-1} = (I - L)(I + L^2)(I + L^4)(I + L^8): six 16 x 16 products per block, a chain of
 # about four, instead of fifteen dependent row steps. tf32x3 products, as the gates' running sums take with 16-bit
-# inputs (the bf16 timing's case; float32 inputs would want "ieee"); A agrees with the shipped kernel's up to
+# inputs (the bf16 timing's case); A agrees with the shipped kernel's up to
 # rounding (tests/test_gpu_intra_ablation.py).
 _SQUARING_INVERSE = ("    b_A0, b_A1, b_A2, b_A3 = b_I, b_I, b_I, b_I\n    for i in range(1, BC):\n        m_i = o_c[:, None] == i\n"
                      + _SKIP_SUBSTITUTION[0],
@@ -258,12 +256,8 @@ def main(argv=None):
     names = args.variants
     for name in names:
         variant_source(name)                              # every edit applies, before any compiling
-    if not torch.cuda.is_available():
-        raise SystemExit("gpu_intra_ablation.py times kernels on a GPU; none is here")
-    result = {"provenance": provenance("cuda", args.commit, argv if argv is not None else sys.argv[1:],
-                                       program="python tools/gpu_intra_ablation.py"),
-              "dtype": "bf16", "K": 128, "V": 128, "mode": 1, "shapes": [list(s) for s in args.shapes],
-              "rounds": args.rounds, "complete": False, "variants": {}}
+    result = gpu_record("gpu_intra_ablation.py", args.commit, argv, dtype="bf16", K=128, V=128, mode=1,
+                        shapes=[list(s) for s in args.shapes], rounds=args.rounds, complete=False, variants={})
     shapes = {"x".join(map(str, s)): s for s in args.shapes}
     with tempfile.TemporaryDirectory() as folder:
         modules = {name: load_variant(name, folder) for name in names}

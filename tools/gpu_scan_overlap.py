@@ -22,7 +22,6 @@ extra launch costs host time. bf16, K = V = 128, chunk_kernels.baseline_inputs, 
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -30,7 +29,7 @@ import torch
 import triton
 
 from gdn2edu import chunk_kernels as ck
-from gdn2edu.bench import _int_list, measure_ms, parse_shapes, provenance
+from gdn2edu.bench import _int_list, gpu_record, measure_ms, parse_shapes
 
 ORDERS = ("interleaved", "intra_first")
 
@@ -145,11 +144,8 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.rounds < 1:
         p.error(f"--rounds must be at least 1, got {args.rounds}")
-    if not torch.cuda.is_available():
-        raise SystemExit("gpu_scan_overlap.py times kernels on a GPU; none is here")
-    result = {"provenance": provenance("cuda", args.commit, argv if argv is not None else sys.argv[1:],
-                                       program="python tools/gpu_scan_overlap.py"),
-              "dtype": "bf16", "K": 128, "V": 128, "rounds": args.rounds, "complete": False, "shapes": {}}
+    result = gpu_record("gpu_scan_overlap.py", args.commit, argv, dtype="bf16", K=128, V=128, rounds=args.rounds,
+                        complete=False, shapes={})
     runs = {"shipped": lambda x: ck.chunk_gdn2_fwd(*x)[0]}
     for count in args.segments:
         for order in ORDERS:
