@@ -27,30 +27,33 @@ def chunk_gdn2_bwd_scan_kernel(Aqk, QG, AE, KG, GN, do, dR, dh, dht, dh0, cu_seq
     i_n, i_h = i_nh // H, i_nh % H
     bos, eos = tl.load(cu_seqlens + i_n).to(tl.int64), tl.load(cu_seqlens + i_n + 1)
     c0 = tl.load(chunk_offsets + i_n).to(tl.int64)
-    T = eos - bos
-    o_k, o_t = tl.arange(0, BK), tl.arange(0, BT)
+    T = eos - tl.load(cu_seqlens + i_n)                              # 32-bit, as in the forward's scan
+    o_k = tl.arange(0, BK)
     b_S = tl.zeros([BK, BV], dtype=tl.float32)
     if USE_FINAL_GRAD:
         b_S = _load(dht + i_nh * K * V, 0, i_v * BV, K, V, V, BK, BV)
-    p_qk, p_vw = (bos * H + i_h) * K, (bos * H + i_h) * V
     NT = tl.cdiv(T, BT)
+    # the last chunk's first row as 64-bit offsets, moved back a chunk a step (32-bit within it, as the forward's)
+    r_qk = (bos * H + i_h) * K + (NT - 1).to(tl.int64) * (BT * H * K)
+    r_vw = (bos * H + i_h) * V + (NT - 1).to(tl.int64) * (BT * H * V)
+    r_a = (bos * H + i_h) * BT + (NT - 1).to(tl.int64) * (BT * H * BT)
     for j in range(NT):
         i_t = NT - 1 - j
-        t0 = i_t * BT
+        n_t = T - i_t * BT
         p_x, m_x = _tile(dh + ((c0 + i_t) * H + i_h) * K * V, 0, i_v * BV, K, V, V, BK, BV)
         tl.store(p_x, b_S.to(p_x.dtype.element_ty), mask=m_x)
-        b_kg = _load_tile(KG + p_qk, t0, 0, T, K, H * K, BT, BK)
-        b_do = _load_tile(do + p_vw, t0, i_v * BV, T, V, H * V, BT, BV).to(b_kg.dtype)
-        b_Aqk = tl.where(o_t[:, None] >= o_t[None, :],
-                         _load(Aqk + (bos * H + i_h) * BT, t0, 0, T, BT, H * BT, BT, BT), 0.0).to(b_kg.dtype)
+        b_kg = _load_tile(KG + r_qk, 0, 0, n_t, K, H * K, BT, BK)
+        b_do = _load_tile(do + r_vw, 0, i_v * BV, n_t, V, H * V, BT, BV).to(b_kg.dtype)
+        b_Aqk = _load_tile(Aqk + r_a, 0, 0, n_t, BT, H * BT, BT, BT)   # zero above the diagonal as stored
         b_dR = (tl.dot(tl.trans(b_Aqk), b_do, input_precision=DOT)
                 + tl.dot(b_kg, b_S.to(b_kg.dtype), input_precision=DOT)).to(b_kg.dtype)
-        p_x, m_x = _tile(dR + p_vw, t0, i_v * BV, T, V, H * V, BT, BV)
+        p_x, m_x = _tile(dR + r_vw, 0, i_v * BV, n_t, V, H * V, BT, BV)
         tl.store(p_x, b_dR, mask=m_x)
         b_gn = tl.load(GN + ((c0 + i_t) * H + i_h) * K + o_k, mask=o_k < K, other=0.0)
         b_S = b_S * b_gn[:, None] \
-            + tl.dot(tl.trans(_load_tile(QG + p_qk, t0, 0, T, K, H * K, BT, BK)), b_do, input_precision=DOT) \
-            - tl.dot(tl.trans(_load_tile(AE + p_qk, t0, 0, T, K, H * K, BT, BK)), b_dR, input_precision=DOT)
+            + tl.dot(tl.trans(_load_tile(QG + r_qk, 0, 0, n_t, K, H * K, BT, BK)), b_do, input_precision=DOT) \
+            - tl.dot(tl.trans(_load_tile(AE + r_qk, 0, 0, n_t, K, H * K, BT, BK)), b_dR, input_precision=DOT)
+        r_qk, r_vw, r_a = r_qk - BT * H * K, r_vw - BT * H * V, r_a - BT * H * BT
     if STORE_INITIAL_GRAD:
         p_x, m_x = _tile(dh0 + i_nh * K * V, 0, i_v * BV, K, V, V, BK, BV)
         tl.store(p_x, b_S, mask=m_x)

@@ -268,8 +268,8 @@ def chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, flags, cu_seqlens, chunk_ind
                                 H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
                                 BK: tl.constexpr, MODE: tl.constexpr, MID_LIMIT: tl.constexpr,
                                 OPERAND_LIMIT: tl.constexpr, DOT: tl.constexpr):
-    """One (chunk, head): A = (I + L)^{-1} and Aqk = scale * L_<=(Q_g Y^T), written as [T, H, BT] rows.
-    MODE 0: midpoint anchors on the diagonal blocks, unchecked (safe_gate). MODE 1: the same, and the chunk's
+    """One (chunk, head): A = (I + L)^{-1} and Aqk = scale * L_<=(Q_g Y^T), written as [T, H, BT] rows (Aqk
+    whole, zero above the diagonal; A's blocks above it are not written). MODE 0: midpoint anchors on the diagonal blocks, unchecked (safe_gate). MODE 1: the same, and the chunk's
     flags [chunks, H] int32 written: bit 0 when a midpoint exponent passed MID_LIMIT (the blocks must be redone),
     bit 1 when it passed OPERAND_LIMIT less log2 of the largest operand (the backward's test, for float16).
     MODE 2: only the chunks with bit 0, their diagonal blocks token by token."""
@@ -292,6 +292,9 @@ def chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, flags, cu_seqlens, chunk_ind
         _store_row(A, bos, T, i_h, t0, ROW, b_L0, b_L1, b_L2, b_Ld, H, BT, BC)
         _store_row(Aqk, bos, T, i_h, t0, ROW, scale * b_S0, scale * b_S1, scale * b_S2,
                    scale * tl.where(m_incl, b_Sd, 0.0), H, BT, BC)
+        for c in tl.static_range(ROW + 1, 4):   # Aqk's blocks above the diagonal, zero: its readers take whole
+            _store_block(Aqk, bos, T, i_h, t0 + ROW * BC, c * BC, tl.zeros([BC, BC], dtype=tl.float32), H, BT,
+                         BC)                    # 64 x 64 tiles straight into their products, unmasked
     if MODE == 1:
         unsafe_here = (e > MID_LIMIT).to(tl.int32)
         unsafe_for_operands = (e + tl.log2(tl.maximum(amax, 1.0)) > OPERAND_LIMIT).to(tl.int32)
@@ -372,16 +375,18 @@ def chunk_gdn2_fwd_scan_kernel(AE, AZ, KG, GN, h, R, h0, ht, QG, Aqk, o, cu_seql
     i_n, i_h = i_nh // H, i_nh % H
     bos, eos = tl.load(cu_seqlens + i_n).to(tl.int64), tl.load(cu_seqlens + i_n + 1)
     c0 = tl.load(chunk_offsets + i_n).to(tl.int64)
-    T = eos - bos
+    T = eos - tl.load(cu_seqlens + i_n)                              # 32-bit: the masks compare rows with it
     NT = tl.cdiv(T, BT)
-    o_k, o_t = tl.arange(0, BK), tl.arange(0, BT)
+    o_k = tl.arange(0, BK)
     b_S = tl.zeros([BK, BV], dtype=tl.float32)
     if USE_INITIAL_STATE:
         b_S = _load(h0 + i_nh * K * V, 0, i_v * BV, K, V, V, BK, BV)
-    p_qk, p_vw = (bos * H + i_h) * K, (bos * H + i_h) * V          # row 0 of the sequence
+    # the chunk's first row as 64-bit offsets, advanced a chunk a step, and the rows within it (and their masks
+    # against the n_t rows left) in 32 bits: offsets within a sequence pass 2^31 in long ones, within a chunk never
+    r_qk, r_vw, r_a = (bos * H + i_h) * K, (bos * H + i_h) * V, (bos * H + i_h) * BT
     b_gn = tl.load(GN + (c0 * H + i_h) * K + o_k, mask=o_k < K, other=0.0)
     for i_t in range(NT):
-        t0 = i_t * BT
+        n_t = T - i_t * BT
         # gamma_n of the next chunk (of the last one again at the end), issued a step ahead: the update at the
         # end of this step need not wait for its load
         i_next = tl.minimum(i_t + 1, NT - 1)
@@ -391,23 +396,23 @@ def chunk_gdn2_fwd_scan_kernel(AE, AZ, KG, GN, h, R, h0, ht, QG, Aqk, o, cu_seql
             p_h, m_h = _tile(h + ((c0 + i_t) * H + i_h) * K * V, 0, i_v * BV, K, V, V, BK, BV)
             tl.store(p_h, b_Sq, mask=m_h)
         # R = AZ - (AE) S: the corrections against the state entering the chunk
-        b_AE = _load_tile(AE + p_qk, t0, 0, T, K, H * K, BT, BK)
-        b_R = _load(AZ + p_vw, t0, i_v * BV, T, V, H * V, BT, BV) - tl.dot(b_AE, b_Sq, input_precision=DOT)
+        b_AE = _load_tile(AE + r_qk, 0, 0, n_t, K, H * K, BT, BK)
+        b_R = _load(AZ + r_vw, 0, i_v * BV, n_t, V, H * V, BT, BV) - tl.dot(b_AE, b_Sq, input_precision=DOT)
         b_Rq = b_R.to(KG.dtype.element_ty)                         # R as the products (and R's store) take it
         if STORE_STATES:
-            p_r, m_r = _tile(R + p_vw, t0, i_v * BV, T, V, H * V, BT, BV)
+            p_r, m_r = _tile(R + r_vw, 0, i_v * BV, n_t, V, H * V, BT, BV)
             tl.store(p_r, b_Rq, mask=m_r)
         if WRITE_OUTPUT:                                            # O = Q_g h + Aqk R, off the state's path
-            b_QG = _load_tile(QG + p_qk, t0, 0, T, K, H * K, BT, BK)
-            b_Aqk = tl.where(o_t[:, None] >= o_t[None, :],
-                             _load_tile(Aqk + (bos * H + i_h) * BT, t0, 0, T, BT, H * BT, BT, BT), 0.0)
+            b_QG = _load_tile(QG + r_qk, 0, 0, n_t, K, H * K, BT, BK)
+            b_Aqk = _load_tile(Aqk + r_a, 0, 0, n_t, BT, H * BT, BT, BT)   # zero above the diagonal as stored
             b_O = tl.dot(b_QG, b_Sq, input_precision=DOT) + tl.dot(b_Aqk.to(b_Rq.dtype), b_Rq, input_precision=DOT)
-            p_o, m_o = _tile(o + p_vw, t0, i_v * BV, T, V, H * V, BT, BV)
+            p_o, m_o = _tile(o + r_vw, 0, i_v * BV, n_t, V, H * V, BT, BV)
             tl.store(p_o, b_O.to(p_o.dtype.element_ty), mask=m_o)
         # S <- Diag(gamma_n) S + kg^T R
-        b_kg = _load_tile(KG + p_qk, t0, 0, T, K, H * K, BT, BK)
+        b_kg = _load_tile(KG + r_qk, 0, 0, n_t, K, H * K, BT, BK)
         b_S = b_S * b_gn[:, None] + tl.dot(tl.trans(b_kg), b_Rq, input_precision=DOT)
         b_gn = b_gn_next
+        r_qk, r_vw, r_a = r_qk + BT * H * K, r_vw + BT * H * V, r_a + BT * H * BT
     if STORE_FINAL_STATE:
         p_ht, m_ht = _tile(ht + i_nh * K * V, 0, i_v * BV, K, V, V, BK, BV)
         tl.store(p_ht, b_S, mask=m_ht)
@@ -420,12 +425,11 @@ def chunk_gdn2_fwd_output_kernel(QG, h, Aqk, R, o, cu_seqlens, chunk_indices,
     """One (chunk, head, value block): O = Q_g h + Aqk R, written in o's dtype."""
     i_t, i_h, i_v = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)
-    o_t = tl.arange(0, BT)
     p_qk, p_vw = (bos * H + i_h) * K, (bos * H + i_h) * V
     b_QG = _load_tile(QG + p_qk, t0, 0, T, K, H * K, BT, BK)
     b_h = _load_tile(h + (i_t.to(tl.int64) * H + i_h) * K * V, 0, i_v * BV, K, V, V, BK, BV)
     b_R = _load_tile(R + p_vw, t0, i_v * BV, T, V, H * V, BT, BV)
-    b_Aqk = tl.where(o_t[:, None] >= o_t[None, :], _load(Aqk + (bos * H + i_h) * BT, t0, 0, T, BT, H * BT, BT, BT), 0.0)
+    b_Aqk = _load_tile(Aqk + (bos * H + i_h) * BT, t0, 0, T, BT, H * BT, BT, BT)
     b_O = tl.dot(b_QG, b_h, input_precision=DOT) + tl.dot(b_Aqk.to(b_R.dtype), b_R, input_precision=DOT)
     p_o, m_o = _tile(o + p_vw, t0, i_v * BV, T, V, H * V, BT, BV)
     tl.store(p_o, b_O.to(p_o.dtype.element_ty), mask=m_o)
