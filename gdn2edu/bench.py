@@ -68,7 +68,7 @@ def forward_kernel_costs(B, T, H, K, V, chunk=64, dtype_bytes=2, fuse_output=Fal
                    + 16 * _dot(c, c, c))                        # the six blocks below the diagonal
     costs = {
         "intra": {"flops": units * intra_flops,
-                  "bytes": rows * K * (3 * d + f32) + units * 10 * c * c * (f32 + d)},       # A, Aqk
+                  "bytes": rows * K * (3 * d + f32) + units * (10 * c * c * f32 + n * n * d)},  # A, Aqk
         "wy": {"flops": units * (_dot(n, K, n) + _dot(n, V, n)),
                "bytes": units * n * n * f32 + rows * K * (3 * d + f32) + rows * V * 2 * d     # A, q k b g, v w
                + rows * (3 * K + V) * d + units * K * f32},                                 # AE kg Q_g AZ, gamma_n

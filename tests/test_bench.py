@@ -300,8 +300,8 @@ def test_roofline_counts_equal_hand_counts():
              for name, prods in dict(intra=intra, wy=wy, scan=scan, output=output).items()}
     flops["intra"] += units * substitution
     nbytes = {
-        # q k b (bf16) and g (fp32) once; the 10 lower 16x16 blocks of A (fp32) and Aqk (bf16) stored
-        "intra": rows * K * (3 * s + 4) + units * 10 * 256 * (4 + s),
+        # q k b (bf16) and g (fp32) once; the 10 lower 16x16 blocks of A (fp32) and all 16 of Aqk (bf16) stored
+        "intra": rows * K * (3 * s + 4) + units * (10 * 256 * 4 + 16 * 256 * s),
         # A's full 64x64 fp32 tile; q k b g; v w; AE kg Q_g AZ stored; gamma_n fp32
         "wy": units * 64 * 64 * 4 + rows * K * (3 * s + 4) + rows * V * 2 * s + rows * (3 * K + V) * s
         + units * K * 4,

@@ -254,3 +254,26 @@ def test_an_inference_forward_stores_no_states(monkeypatch):
     chunk_gdn2_autograd(*leaves, recompute_states=True)
     stored = [(f["h"] is not None, f["R"] is not None, f["o"] is not None) for f in seen]
     assert stored == [(False, False, True), (True, True, True), (False, False, True)], stored
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_intra_kernel_writes_aqk_whole():
+    """The scans and the output kernel read Aqk's 64 x 64 tiles unmasked: the intra kernel must write every block
+    of a chunk's rows, those above the diagonal as exact zeros, also in a sequence's tail chunk, in packed
+    sequences and in chunks redone token by token (mode 2). Its buffer starts as NaN, so a block left unwritten
+    shows; rows past a sequence's end belong to the next sequence's chunks and are written there."""
+    x = [t.float().contiguous() for t in make_inputs(1, 200, 2, 32, 16, seed=3)]
+    x[3] = x[3] * 4                                           # strong gates: some chunks go token by token
+    cu = torch.tensor([0, 37, 150, 200], dtype=torch.int32)   # three sequences, each ending inside a chunk
+    p = chunk_kernels._plan(*x, None, None, cu, False, None)
+    A, Aqk, flags = chunk_kernels._intra_buffers(p, x[0].device)
+    Aqk.fill_(float("nan"))
+    for mode in (1, 2):
+        chunk_kernels._launch_intra(x[0], x[1], x[3], x[4], A, Aqk, flags, p, mode)
+    assert (flags % 2).any() and not (flags % 2).all()        # both paths of the kernel ran
+    starts = torch.repeat_interleave(cu[:-1], (cu[1:] - cu[:-1]).long())
+    local = (torch.arange(200) - starts) % 64                 # each row's index within its chunk
+    above = torch.arange(64)[None, :] > local[:, None]        # [T, 64]: the columns above the row's diagonal
+    assert torch.isfinite(Aqk).all()                          # every row of every chunk written
+    assert (Aqk[0][above[:, None, :].expand(-1, 2, -1)] == 0).all()
+    assert (Aqk[0][~above[:, None, :].expand(-1, 2, -1)] != 0).any()
