@@ -124,6 +124,20 @@ def measure_ms(fn, warmup=25, rep=100):
     return sorted(times)[len(times) // 2]
 
 
+def host_ms(fn, calls=50):
+    """The host's time per call of fn in ms (CUDA only): ``calls`` calls launched without waiting for the GPU,
+    then one wait. Where it exceeds the GPU's time per call, the host, not the GPU, sets the pace."""
+    if isinstance(calls, bool) or not isinstance(calls, int) or calls < 1:
+        raise ValueError(f"calls must be a positive int, got {calls!r}")
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return 1e3 * elapsed / calls
+
+
 def kernel_times(fn, repeats=20):
     """{kernel name: mean device time in ms per call of fn}, from the torch profiler (CUDA only)."""
     if not callable(fn):

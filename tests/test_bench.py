@@ -482,3 +482,9 @@ def test_package_commit_marks_code_that_is_no_commit(tmp_path, monkeypatch):
     assert bench.package_commit() == head + "+modified"
     assert bench.provenance("cpu")["commit"] == head + "+modified"
     assert bench.provenance("cpu", commit="abc")["commit"] == "abc"              # the caller's word wins
+
+
+def test_host_ms_refuses_a_count_that_is_not_a_positive_int():
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="calls must be a positive int"):
+            bench.host_ms(lambda: None, bad)

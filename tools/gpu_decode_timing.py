@@ -5,7 +5,7 @@ reports. GPU only; JSON with provenance (Chapter 11 reads three runs, each its o
 
 For our decode step, as the benchmark's decode part calls it (gdn2edu.bench.decode_implementation("gdn2edu"): one
 token against a cached state, bf16 inputs, H = 16, K = V = 128), at each batch size:
-- host_ms: the host's time per call, ``calls`` calls launched without waiting (gpu_scan_overlap.host_ms);
+- host_ms: the host's time per call, ``calls`` calls launched without waiting (gdn2edu.bench.host_ms);
 - gpu_ms: the GPU's time per call with no gaps between calls: the calls are queued behind a sleep kernel long
   enough to hold them all, and timed between two events ("queue_held" says whether the sleep outlasted the host's
   launches; if not, gaps count in and the row says so);
@@ -15,18 +15,15 @@ token against a cached state, bf16 inputs, H = 16, K = V = 128), at each batch s
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import torch
 import triton
 
-from gdn2edu.bench import _int_list, decode_implementation, gpu_record, measure_ms
+from gdn2edu.bench import _int_list, decode_implementation, gpu_record, host_ms, measure_ms
 from gdn2edu.chunk_kernels import baseline_inputs
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_scan_overlap import host_ms  # noqa: E402
 
 SLEEP_CYCLES_PER_MS = 2_000_000          # torch.cuda._sleep spins this many clock cycles per ms at about 2 GHz
 

@@ -22,14 +22,13 @@ extra launch costs host time. bf16, K = V = 128, chunk_kernels.baseline_inputs, 
 import argparse
 import json
 import statistics
-import time
 from pathlib import Path
 
 import torch
 import triton
 
 from gdn2edu import chunk_kernels as ck
-from gdn2edu.bench import _int_list, gpu_record, measure_ms, parse_shapes
+from gdn2edu.bench import _int_list, gpu_record, host_ms, measure_ms, parse_shapes
 
 ORDERS = ("interleaved", "intra_first")
 
@@ -119,19 +118,6 @@ def overlapped_forward(q, k, v, g, b, w, count=2, order="intra_first"):
     for side in sides:
         main.wait_stream(side)
     return o
-
-
-def host_ms(fn, calls=50):
-    """Host time per call of fn in ms: ``calls`` calls launched without waiting for the GPU, then a wait."""
-    if isinstance(calls, bool) or not isinstance(calls, int) or calls < 1:
-        raise ValueError(f"calls must be a positive int, got {calls!r}")
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    elapsed = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return 1e3 * elapsed / calls
 
 
 def main(argv=None):
