@@ -10,14 +10,11 @@ default path and, once per shape, on ``safe_gate=True``. It also times the intra
 
 import argparse
 import json
-import sys
 import time
-
-import torch
 
 import gdn2edu
 from gdn2edu import chunk_kernels
-from gdn2edu.bench import FORWARD_KERNELS, kernel_times, measure_ms, provenance
+from gdn2edu.bench import FORWARD_KERNELS, gpu_record, kernel_times, measure_ms
 from gdn2edu.chunk_kernels import baseline_inputs
 
 # candidate settings per table; the shipped one is tried first
@@ -80,9 +77,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     start = time.monotonic()
     shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")]
-    result = {"provenance": provenance("cuda", args.commit, argv or sys.argv[1:], "python tools/gpu_forward_sweep.py"),
-              "shipped": {name: dict(getattr(chunk_kernels, name)) for name in CANDIDATES}, "rows": [],
-              "second_launch": [], "safe_gate": []}
+    result = gpu_record("gpu_forward_sweep.py", args.commit, argv,
+                        shipped={name: dict(getattr(chunk_kernels, name)) for name in CANDIDATES}, rows=[],
+                        second_launch=[], safe_gate=[])
 
     def save():
         with open(args.out, "w") as f:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from gdn2edu.bench import kernel_times, measure_ms, provenance
+from gdn2edu.bench import gpu_record, kernel_times, measure_ms
 from gdn2edu.layer_bench import LAYER_BENCH_SIZE
 from gdn2edu.layers import GatedDeltaNet2
 
@@ -55,8 +55,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.top < 1:
         raise SystemExit(f"--top must be at least 1, got {args.top}")
-    if not torch.cuda.is_available():
-        raise SystemExit("gpu_layer_profile.py profiles CUDA kernels: it needs a GPU")
+    result = gpu_record("gpu_layer_profile.py", args.commit, argv, size=args.size, dtype="bf16")
     size = dict(args.size)
     B, T = size.pop("B"), size.pop("T")
     torch.manual_seed(0)
@@ -74,10 +73,7 @@ def main(argv=None):
         xi.grad = None
         layer(xi)[0].backward(do)
 
-    result = {"provenance": provenance(torch.device("cuda"), args.commit, argv, "python tools/gpu_layer_profile.py"),
-              "size": args.size, "dtype": "bf16",
-              "forward": phase_rows(kernel_times(forward), args.top),
-              "step": phase_rows(kernel_times(step), args.top)}
+    result.update(forward=phase_rows(kernel_times(forward), args.top), step=phase_rows(kernel_times(step), args.top))
     for phase, fn in (("forward", forward), ("step", step)):
         r = result[phase]
         r["wall_ms"] = measure_ms(fn)                # against the kernels' sum: what launches and syncs add

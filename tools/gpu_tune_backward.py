@@ -26,7 +26,7 @@ import torch
 import triton.testing
 
 from gdn2edu import chunk_backward_kernels as cb
-from gdn2edu.bench import STANDARD_SHAPES, provenance
+from gdn2edu.bench import STANDARD_SHAPES, gpu_record
 from gdn2edu.chunk_backward_kernels import BACKWARD_TILE_TABLES
 from gdn2edu.chunk_kernels import WY_TILES, _forward_states, _plan, _wy_states, baseline_inputs, tile_table
 
@@ -74,6 +74,7 @@ def main(argv=None):
     names = args.tables.split(",")
     if any(name not in SETTINGS for name in names):
         parser.error(f"--tables must be comma-separated names from {tuple(SETTINGS)}, got {args.tables!r}")
+    result = gpu_record("gpu_tune_backward.py", args.commit, argv, shape=[1, 8192, 16], timed=[], best={})
     start = time.monotonic()
     x, p, f, do = recomputed(1, 8192, 16)
     dR, dh, _ = cb._reverse_scan(f, do, None, p, False)
@@ -90,8 +91,6 @@ def main(argv=None):
     timed_call = {"BWD_INPUTS_TILES": lambda: cb._input_grads(x[0], x[1], x[3], x[4], f, do, P, dh, dA, dAqk, p),
                   "BWD_WY_TILES": recompute, "STATES_WY_TILES": recompute_states}
     tables = {**BACKWARD_TILE_TABLES, "STATES_WY_TILES": states_wy}
-    result = {"provenance": provenance("cuda", args.commit, sys.argv[1:] if argv is None else argv,
-                                       "python tools/gpu_tune_backward.py"), "shape": [1, 8192, 16], "timed": [], "best": {}}
     if args.scan_blocks:
         result["multiprocessors"] = torch.cuda.get_device_properties(0).multi_processor_count
         result["scan_blocks"] = time_scan_blocks()
