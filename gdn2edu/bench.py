@@ -127,6 +127,8 @@ def measure_ms(fn, warmup=25, rep=100):
 def host_ms(fn, calls=50):
     """The host's time per call of fn in ms (CUDA only): ``calls`` calls launched without waiting for the GPU,
     then one wait. Where it exceeds the GPU's time per call, the host, not the GPU, sets the pace."""
+    if not callable(fn):
+        raise ValueError(f"fn must be a function of no arguments, got {type(fn).__name__}")
     if isinstance(calls, bool) or not isinstance(calls, int) or calls < 1:
         raise ValueError(f"calls must be a positive int, got {calls!r}")
     torch.cuda.synchronize()

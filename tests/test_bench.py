@@ -488,3 +488,5 @@ def test_host_ms_refuses_a_count_that_is_not_a_positive_int():
     for bad in (0, -3, 2.5, True):
         with pytest.raises(ValueError, match="calls must be a positive int"):
             bench.host_ms(lambda: None, bad)
+    with pytest.raises(ValueError, match="fn must be a function of no arguments, got NoneType"):
+        bench.host_ms(None)
