@@ -4,7 +4,7 @@
 """gdn2edu: Gated DeltaNet-2 from the token recurrence to Triton kernels."""
 
 from gdn2edu.notebook import glue
-from gdn2edu.inputs import GDN2Dims, validate_inputs, one_token_as_sequence, compute_dtype, random_inputs
+from gdn2edu.inputs import GDN2Dims, validate_inputs, one_token_as_sequence, compute_dtype, check_positive_ints, random_inputs
 from gdn2edu.recurrence import gdn2_token_update, recurrent_gdn2, recurrent_gdn2_step
 from gdn2edu.family import family_gates
 from gdn2edu.chunk_system import ChunkFactors, chunk_factors, solve_chunk
@@ -32,6 +32,7 @@ __all__ = [
     "validate_inputs",
     "one_token_as_sequence",
     "compute_dtype",
+    "check_positive_ints",
     "random_inputs",
     "gdn2_token_update",
     "recurrent_gdn2",

@@ -29,7 +29,7 @@ from gdn2edu import chunk_kernels
 from gdn2edu.bench_parts import EXTENSION_PARTS
 from gdn2edu.chunk_backward_kernels import BACKWARD_TILE_TABLES
 from gdn2edu.chunk_kernels import baseline_inputs
-from gdn2edu.inputs import validate_inputs
+from gdn2edu.inputs import check_positive_ints, validate_inputs
 
 # the forward's tile tables, recorded with every run beside the backward's BACKWARD_TILE_TABLES (a bound that
 # depends on them reads them from the run)
@@ -53,9 +53,7 @@ def forward_kernel_costs(B, T, H, K, V, chunk=64, dtype_bytes=2, fuse_output=Fal
     once, as L2 serves the repeats.
     T must be a multiple of ``chunk``. Returns {kernel: {"flops": int, "bytes": int}}.
     """
-    for name, value in dict(B=B, T=T, H=H, K=K, V=V, chunk=chunk, dtype_bytes=dtype_bytes).items():
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    check_positive_ints(B=B, T=T, H=H, K=K, V=V, chunk=chunk, dtype_bytes=dtype_bytes)
     if not isinstance(fuse_output, bool):
         raise ValueError(f"fuse_output must be a bool, got {fuse_output!r}")
     if chunk % 4 or T % chunk:
@@ -129,8 +127,7 @@ def host_ms(fn, calls=50):
     then one wait. Where it exceeds the GPU's time per call, the host, not the GPU, sets the pace."""
     if not callable(fn):
         raise ValueError(f"fn must be a function of no arguments, got {type(fn).__name__}")
-    if isinstance(calls, bool) or not isinstance(calls, int) or calls < 1:
-        raise ValueError(f"calls must be a positive int, got {calls!r}")
+    check_positive_ints(calls=calls)
     torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(calls):
@@ -144,8 +141,7 @@ def kernel_times(fn, repeats=20):
     """{kernel name: mean device time in ms per call of fn}, from the torch profiler (CUDA only)."""
     if not callable(fn):
         raise ValueError(f"fn must be a function of no arguments, got {type(fn).__name__}")
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be a positive int, got {repeats!r}")
+    check_positive_ints(repeats=repeats)
     fn()
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:

@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from gdn2edu.fused_recurrent import _check_kernel_dtypes, _on_device
-from gdn2edu.inputs import _check_state, validate_inputs
+from gdn2edu.inputs import _check_state, check_positive_ints, validate_inputs
 
 
 @triton.jit
@@ -808,9 +808,7 @@ def baseline_inputs(B, T, H=16, K=128, V=128, dtype=torch.bfloat16, seed=0, devi
     """The inputs of the FLA H200 baseline: q, k [B, T, H, K] L2-normalised per head, v [B, T, H, V] standard
     normal (all in ``dtype``), g float32 logsigmoid(x) / 16, b [B, T, H, K] and w [B, T, H, V] uniform in
     [0.1, 0.9] in ``dtype``. Returns (q, k, v, g, b, w) on ``device``."""
-    for name, size in dict(B=B, T=T, H=H, K=K, V=V).items():
-        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-            raise ValueError(f"{name} must be a positive int, got {size!r}")
+    check_positive_ints(B=B, T=T, H=H, K=K, V=V)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ValueError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
     gen = torch.Generator(device=device).manual_seed(seed)

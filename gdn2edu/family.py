@@ -5,6 +5,8 @@
 
 import torch
 
+from gdn2edu.inputs import check_positive_ints
+
 FAMILY_MEMBERS = ("deltanet", "gated_deltanet", "kda")
 
 
@@ -17,9 +19,7 @@ def family_gates(member, beta, K, V, log_decay=None):
     """
     if member not in FAMILY_MEMBERS:
         raise ValueError(f"member must be one of {FAMILY_MEMBERS}, got {member!r}")
-    for name, size in (("K", K), ("V", V)):
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"{name} must be a positive int, got {size!r}")
+    check_positive_ints(K=K, V=V)
     if not isinstance(beta, torch.Tensor) or beta.dim() != 3:
         shape = tuple(beta.shape) if isinstance(beta, torch.Tensor) else type(beta).__name__
         raise ValueError(f"beta must be a 3-dim tensor [B, T, H], got {shape}")

@@ -92,14 +92,20 @@ def compute_dtype(*tensors) -> torch.dtype:
     return torch.float64 if any(t is not None and t.dtype == torch.float64 for t in tensors) else torch.float32
 
 
+def check_positive_ints(**sizes):
+    """Every keyword argument an int of at least 1 (a bool is not one), else a ValueError naming the first that
+    is not; every size, count and block width of the package is checked so."""
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
 def random_inputs(B, T, H, K, V, dtype=torch.float64, erase_max=2.0, decay_max=None, seed=None, device="cpu"):
     """Random GDN2 inputs in their ranges: q, v standard normal; unit-norm keys; g = logsigmoid of a normal, or
     -decay_max * U(0, 1) when decay_max is given; b in [0, erase_max]; w in [0, 1]. Drawn in float64 (from a
     generator seeded with seed, else from torch's global one), then cast. Returns (q, k, v, g, b, w): q, k, g, b
     [B, T, H, K] and v, w [B, T, H, V] in dtype on device."""
-    for name, size in dict(B=B, T=T, H=H, K=K, V=V).items():
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"{name} must be a positive int, got {size!r}")
+    check_positive_ints(B=B, T=T, H=H, K=K, V=V)
     for name, bound in dict(erase_max=erase_max, decay_max=decay_max).items():
         if bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, float)) or not bound >= 0):
             raise ValueError(f"{name} must be a number >= 0{' or None' if name == 'decay_max' else ''}, got {bound!r}")

@@ -5,6 +5,8 @@
 
 import torch
 
+from gdn2edu.inputs import check_positive_ints
+
 
 def _check_strictly_lower(L):
     if not isinstance(L, torch.Tensor) or L.dim() < 2 or not L.is_floating_point():
@@ -44,8 +46,7 @@ def block_inverse(L, block=16):
     Off-diagonal blocks: A[r, c] = -A[r, r] sum_{c <= k < r} L[r, k] A[k, c].
     """
     _check_strictly_lower(L)
-    if isinstance(block, bool) or not isinstance(block, int) or block <= 0:
-        raise ValueError(f"block must be a positive int, got {block!r}")
+    check_positive_ints(block=block)
     n = L.shape[-1]
     edges = list(range(0, n, block)) + [n]
     spans = list(zip(edges[:-1], edges[1:]))

@@ -14,19 +14,13 @@ from gdn2edu.chunk import chunk_gdn2_torch
 from gdn2edu.chunk_backward_kernels import chunk_gdn2
 from gdn2edu.family import family_gates
 from gdn2edu.fused_recurrent import _check_norm_eps, apply_kernel_options, fused_recurrent_gdn2, gate_activation
-from gdn2edu.inputs import compute_dtype
+from gdn2edu.inputs import check_positive_ints, compute_dtype
 from gdn2edu.recurrence import recurrent_gdn2
 from gdn2edu.short_conv import _check_conv_inputs, short_conv_triton
 
 LAYER_MEMBERS = ("gdn2", "kda", "gated_deltanet", "deltanet")
 LAYER_MODES = ("chunk", "fused_recurrent")
 LAYER_BACKENDS = ("auto", "torch", "triton")
-
-
-def _positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
 
 
 class ShortConvolution(nn.Conv1d):
@@ -112,10 +106,9 @@ class GatedDeltaNet2(nn.Module):
                  layer_idx=None, norm_eps=1e-5, safe_gate=False, gate_lower_bound=-5.0, member="gdn2",
                  backend="auto"):
         super().__init__()
-        for name, value in dict(hidden_size=hidden_size, head_dim=head_dim, num_heads=num_heads,
-                                conv_size=conv_size).items():
-            _positive_int(name, value)
-        num_v_heads = num_heads if num_v_heads is None else _positive_int("num_v_heads", num_v_heads)
+        num_v_heads = num_heads if num_v_heads is None else num_v_heads
+        check_positive_ints(hidden_size=hidden_size, head_dim=head_dim, num_heads=num_heads, conv_size=conv_size,
+                            num_v_heads=num_v_heads)
         if num_v_heads % num_heads:
             raise ValueError(f"num_v_heads must be a multiple of num_heads = {num_heads}, got {num_v_heads}")
         head_v_dim = head_dim * expand_v

@@ -6,6 +6,7 @@
 import torch
 import torch.nn as nn
 
+from gdn2edu.inputs import check_positive_ints
 from gdn2edu.layers import GatedDeltaNet2
 
 
@@ -33,10 +34,8 @@ class GDN2LM(nn.Module):
 
     def __init__(self, vocab_size, hidden_size=64, num_layers=2, mlp_ratio=4, norm_eps=1e-5, **layer_kwargs):
         super().__init__()
-        for name, value in dict(vocab_size=vocab_size, hidden_size=hidden_size, num_layers=num_layers,
-                                mlp_ratio=mlp_ratio).items():
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_positive_ints(vocab_size=vocab_size, hidden_size=hidden_size, num_layers=num_layers,
+                            mlp_ratio=mlp_ratio)
         self.embed = nn.Embedding(vocab_size, hidden_size)
         nn.init.normal_(self.embed.weight, std=hidden_size ** -0.5)
         self.blocks = nn.ModuleList(GDN2Block(hidden_size, i, mlp_ratio, norm_eps, **layer_kwargs)

@@ -7,6 +7,7 @@ import torch
 
 from gdn2edu.chunk_backward import _check_pullback_args
 from gdn2edu.family import FAMILY_MEMBERS
+from gdn2edu.inputs import check_positive_ints
 
 
 def centered_pullback(C, G, left, right):
@@ -32,8 +33,7 @@ def subchunk_pullback(C, G, left, right, sub=16):
     blocks need only their own range below the dtype's limit (16 tokens of g = -5 give 75).
     """
     _check_pullback_args(C, G, left, right)
-    if isinstance(sub, bool) or not isinstance(sub, int) or sub < 1:
-        raise ValueError(f"sub must be a positive integer, got {sub!r}")
+    check_positive_ints(sub=sub)
     left_bar, right_bar = torch.zeros_like(left), torch.zeros_like(right)
     for a in range(0, G.shape[-2], sub):
         I = slice(a, a + sub)

@@ -3,7 +3,8 @@
 
 """ReWY: the 3-product local backward of one chunk, from the residual equation M R = Z - E S."""
 
-from gdn2edu.wy_backward import _check_sizes, _matmul_flops, strict_lower
+from gdn2edu.inputs import check_positive_ints
+from gdn2edu.wy_backward import _matmul_flops, strict_lower
 
 
 def rewy_chunk_adjoints(A, E, S, R, R_bar):
@@ -40,5 +41,5 @@ def rewy_backward_products(n, d_k, d_v):
 
 def flops_rewy_backward(n, d_k, d_v):
     """Dense FLOPs of ReWY's local backward of one chunk and head (n tokens, d_k x d_v state)."""
-    _check_sizes(n=n, d_k=d_k, d_v=d_v)
+    check_positive_ints(n=n, d_k=d_k, d_v=d_v)
     return sum(rewy_backward_products(n, d_k, d_v).values())

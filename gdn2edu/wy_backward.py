@@ -5,6 +5,8 @@
 
 import torch
 
+from gdn2edu.inputs import check_positive_ints
+
 
 def strict_lower(x):
     """The strictly lower-triangular part L_<(x) of [..., n, n]."""
@@ -44,12 +46,6 @@ def _matmul_flops(a, b, c):
     return 2 * a * b * c
 
 
-def _check_sizes(**sizes):
-    for name, value in sizes.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-
-
 def wy_backward_products(n, d_k, d_v):
     """FLOPs of each of the seven products, as {name: count}; works on SymPy symbols too."""
     return {
@@ -65,5 +61,5 @@ def wy_backward_products(n, d_k, d_v):
 
 def flops_wy_backward(n, d_k, d_v):
     """Dense FLOPs of the expanded WY backward of one chunk and head (n tokens, d_k x d_v state)."""
-    _check_sizes(n=n, d_k=d_k, d_v=d_v)
+    check_positive_ints(n=n, d_k=d_k, d_v=d_v)
     return sum(wy_backward_products(n, d_k, d_v).values())

@@ -1,5 +1,7 @@
 """recurrent_gdn2 against an independent float64 implementation, the family reductions, and bad input."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -174,3 +176,11 @@ def test_random_inputs_are_in_their_ranges_and_seeded():
     assert (w >= 0).all() and (w <= 1).all() and v.shape == (2, 5, 3, 6)
     again = gdn2edu.random_inputs(2, 5, 3, 4, 6, decay_max=5.0, erase_max=1.5, seed=1)
     assert all(torch.equal(x, y) for x, y in zip((q, k, v, g, b, w), again))
+
+
+@pytest.mark.parametrize("value", [0, -3, 2.0, True, "4", None])
+def test_check_positive_ints_names_the_first_size_that_is_not_one(value):
+    from gdn2edu.inputs import check_positive_ints
+    with pytest.raises(ValueError, match=f"^H must be a positive int, got {re.escape(repr(value))}$"):
+        check_positive_ints(B=2, H=value, K=value)
+    assert check_positive_ints(B=1, T=7) is None        # nothing to say about good sizes

@@ -23,6 +23,7 @@ import triton
 
 from gdn2edu.bench import _int_list, decode_implementation, gpu_record, host_ms, measure_ms
 from gdn2edu.chunk_kernels import baseline_inputs
+from gdn2edu.inputs import check_positive_ints
 
 
 SLEEP_CYCLES_PER_MS = 2_000_000          # torch.cuda._sleep spins this many clock cycles per ms at about 2 GHz
@@ -32,8 +33,7 @@ def queued_gpu_ms(fn, calls, host_ms_per_call):
     """(GPU ms per call, queue held) of ``calls`` calls of fn queued behind a sleep kernel twice as long as their
     launches take the host (host_ms_per_call each), so that the GPU runs them back to back; queue held: whether
     the sleep outlasted the launches, read from the events (else the host's gaps count in)."""
-    if isinstance(calls, bool) or not isinstance(calls, int) or calls < 1:
-        raise ValueError(f"calls must be a positive int, got {calls!r}")
+    check_positive_ints(calls=calls)
     if not host_ms_per_call > 0:
         raise ValueError(f"host_ms_per_call must be a positive time in ms, got {host_ms_per_call!r}")
     slept, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))

@@ -29,14 +29,14 @@ import triton
 
 from gdn2edu import chunk_kernels as ck
 from gdn2edu.bench import _int_list, gpu_record, host_ms, measure_ms, parse_shapes
+from gdn2edu.inputs import check_positive_ints
 
 ORDERS = ("interleaved", "intra_first")
 
 
 def segments(chunks, count):
     """``count`` ranges [a, b) of nearly equal length that cover 0 .. chunks (fewer if chunks < count)."""
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ValueError(f"count must be a positive int, got {count!r}")
+    check_positive_ints(count=count)
     edges = [round(i * chunks / count) for i in range(count + 1)]
     return [(a, b) for a, b in zip(edges, edges[1:]) if b > a]
 
