@@ -1,9 +1,9 @@
 """Where the intra kernel's time goes: the default path's intra launch (mode 1) timed with parts of its work cut
 out of the kernel's source, or with other pipeline stages or warps, or done another way, on a GPU; JSON with
-provenance.
+provenance. With ``--launch wy``, the same for the WY launch (WY_VARIANTS).
 
     python tools/gpu_intra_ablation.py --out results/h200_intra_ablation.json [--commit SHA]
-        [--shapes 1x8192x16,2x8192x16] [--variants baseline,no_inverse,...] [--rounds 3]
+        [--shapes 1x8192x16,2x8192x16] [--variants baseline,no_inverse,...] [--rounds 3] [--launch intra]
 
 Each variant is a copy of gdn2edu/chunk_kernels.py with a few lines of the kernel replaced (VARIANTS says which),
 loaded as a module of its own, so that its kernels compile apart from the package's. A variant that cuts work
@@ -180,29 +180,57 @@ VARIANTS = {
     "warps_2": ("two warps", [], {"num_warps": 2}),
 }
 
+# The WY kernel's variants, each timed on the WY launch (--launch wy), against what FLA's kernel for the step
+# does (Chapter 11): its products take A and E (or Z) rounded to the inputs' 16-bit type, it reads G already summed
+# (a kernel of its own, before), and FLA 0.6.0's forward has it write no Q_g.
+_WY_A = ("    b_A = tl.where(o_t[:, None] >= o_t[None, :], _load(A + (bos * H + i_h) * BT, t0, 0, T, BT, H * BT, BT, "
+         "BT), 0.0)\n")
+_WY_PRODUCTS_16BIT = [
+    (_WY_A, _WY_A.replace("0.0)\n", "0.0).to(AE.dtype.element_ty)\n")),
+    ("tl.store(p_x, tl.dot(b_A, b_E, input_precision=DOT), mask=m_x)",
+     "tl.store(p_x, tl.dot(b_A, b_E.to(b_A.dtype), input_precision=DOT), mask=m_x)"),
+    ("tl.store(p_x, tl.dot(b_A, b_Z, input_precision=DOT), mask=m_x)",
+     "tl.store(p_x, tl.dot(b_A, b_Z.to(b_A.dtype), input_precision=DOT), mask=m_x)")]
+WY_VARIANTS = {
+    "baseline": ("the shipped kernel and tiles", [], {}),
+    "products_16bit": ("A, E and Z rounded to the store type before their products (16-bit tensor-core products, "
+                       "FLA's way; a candidate with other rounding)", _WY_PRODUCTS_16BIT, {}),
+    "no_running_sum": ("the running sum of the gates cut (G is each row's own gate)",
+                       [("b_G = tl.cumsum(_load(g + p_qk, t0, i_k * BK, T, K, H * K, BT, BK) * 1.4426950408889634, "
+                         "axis=0)", "b_G = _load(g + p_qk, t0, i_k * BK, T, K, H * K, BT, BK) * 1.4426950408889634")],
+                       {}),
+    "no_qg": ("Q_g cut: q not read, Q_g not formed or stored (what FLA 0.6.0's forward leaves to its output kernel)",
+              [("        p_x, m_x = _tile(QG + p_qk, t0, i_k * BK, T, K, H * K, BT, BK)\n        tl.store(p_x, "
+                "_load(q + p_qk, t0, i_k * BK, T, K, H * K, BT, BK) * (scale * tl.exp2(b_G)), mask=m_x)\n", "")], {}),
+    "no_az": ("AZ cut: v and w not read, AZ not formed or stored",
+              [("    if STORE_AZ:                            # only the scan reads AZ", "    if STORE_AZ and K < 0:")], {}),
+}
+LAUNCHES = {"intra": VARIANTS, "wy": WY_VARIANTS}
 
-def variant_source(name, source=None):
-    """The source of chunk_kernels.py (or ``source``) with variant ``name``'s edits; ValueError if an edit does
-    not match exactly once."""
-    if name not in VARIANTS:
-        raise ValueError(f"unknown variant {name!r}; expected one of {sorted(VARIANTS)}")
+
+def variant_source(name, source=None, variants=VARIANTS):
+    """The source of chunk_kernels.py (or ``source``) with the edits of ``name`` in ``variants`` (VARIANTS or
+    WY_VARIANTS); ValueError if an edit does not match exactly once."""
+    if name not in variants:
+        raise ValueError(f"unknown variant {name!r}; expected one of {sorted(variants)}")
     text = SOURCE.read_text() if source is None else source
-    for old, new in VARIANTS[name][1]:
+    for old, new in variants[name][1]:
         if text.count(old) != 1:
             raise ValueError(f"variant {name}: an edit matches {text.count(old)} times, not once: {old[:60]!r}")
         text = text.replace(old, new)
     return text
 
 
-def load_variant(name, folder):
-    """Variant ``name`` as a module of its own (written to ``folder``), its INTRA_TILES changed as VARIANTS says."""
-    path = Path(folder) / f"chunk_kernels_{name}.py"
-    path.write_text(variant_source(name))
+def load_variant(name, folder, variants=VARIANTS):
+    """Variant ``name`` of ``variants`` as a module of its own (written to ``folder``), its INTRA_TILES changed as
+    the variant says."""
+    path = Path(folder) / f"chunk_kernels_{name}{'' if variants is VARIANTS else '_wy'}.py"
+    path.write_text(variant_source(name, variants=variants))
     spec = importlib.util.spec_from_file_location(f"chunk_kernels_{name}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module                       # Triton looks kernels' globals up through the module
     spec.loader.exec_module(module)
-    module.INTRA_TILES = dict(module.INTRA_TILES, **VARIANTS[name][2])
+    module.INTRA_TILES = dict(module.INTRA_TILES, **variants[name][2])
     return module
 
 
@@ -227,19 +255,20 @@ def time_intra(module, B, T, H, device):
 
 
 def time_wy(module, B, T, H, device):
-    """Median ms of the WY launch at (B, T, H), on A from the intra launches: what fused_wy would save."""
+    """Median ms of the WY launch at (B, T, H), on A from the intra launches: what fused_wy would save, and what
+    --launch wy times."""
     q, k, v, g, b, w = module.baseline_inputs(B, T, H, device=device)
     p = module._plan(q, k, v, g, b, w, None, None, None)
     A = module._intra_states(q, k, g, b, p)["A"]
     return measure_ms(lambda: module._wy_states(q, k, v, g, b, w, A, p), warmup=50, rep=300)
 
 
-def parse_variants(text):
-    """"baseline,no_inverse" -> ["baseline", "no_inverse"], each a name of VARIANTS, or an argparse error."""
+def parse_variants(text, variants=VARIANTS):
+    """"baseline,no_inverse" -> ["baseline", "no_inverse"], each a name of ``variants``, or an argparse error."""
     names = [name for name in text.split(",") if name]
-    unknown = sorted(set(names) - set(VARIANTS))
+    unknown = sorted(set(names) - set(variants))
     if not names or unknown:
-        raise argparse.ArgumentTypeError(f"expected names of VARIANTS ({', '.join(VARIANTS)}), got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected names of the variants ({', '.join(variants)}), got {text!r}")
     return names
 
 
@@ -248,19 +277,28 @@ def main(argv=None):
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--commit", default=None)
     p.add_argument("--shapes", type=parse_shapes, default=((1, 8192, 16), (2, 8192, 16)))
-    p.add_argument("--variants", type=parse_variants, default=list(VARIANTS), help="comma-separated names of VARIANTS")
+    p.add_argument("--launch", choices=sorted(LAUNCHES), default="intra",
+                   help="the launch to time: the intra kernel's (VARIANTS) or the WY kernel's (WY_VARIANTS)")
+    p.add_argument("--variants", default=None,
+                   help="comma-separated names of the launch's variants (default: all of them)")
     p.add_argument("--rounds", type=int, default=3, help="times each variant is timed, the variants in turn")
     args = p.parse_args(argv)
     if args.rounds < 1:
         p.error(f"--rounds must be at least 1, got {args.rounds}")
-    names = args.variants
+    variants = LAUNCHES[args.launch]
+    try:
+        names = list(variants) if args.variants is None else parse_variants(args.variants, variants)
+    except argparse.ArgumentTypeError as err:
+        p.error(f"--variants: {err}")
     for name in names:
-        variant_source(name)                              # every edit applies, before any compiling
-    result = gpu_record("gpu_intra_ablation.py", args.commit, argv, dtype="bf16", K=128, V=128, mode=1,
+        variant_source(name, variants=variants)           # every edit applies, before any compiling
+    timed = time_intra if args.launch == "intra" else time_wy
+    launch = dict(mode=1) if args.launch == "intra" else dict(launch="wy")
+    result = gpu_record("gpu_intra_ablation.py", args.commit, argv, dtype="bf16", K=128, V=128, **launch,
                         shapes=[list(s) for s in args.shapes], rounds=args.rounds, complete=False, variants={})
     shapes = {"x".join(map(str, s)): s for s in args.shapes}
     with tempfile.TemporaryDirectory() as folder:
-        modules = {name: load_variant(name, folder) for name in names}
+        modules = {name: load_variant(name, folder, variants) for name in names}
         # with fused_wy, the shipped WY launch is timed in every round too (on the baseline's module)
         wy_module = (modules.get("baseline") or load_variant("baseline", folder)) if "fused_wy" in names else None
         if wy_module is not None:
@@ -268,14 +306,15 @@ def main(argv=None):
                             "rounds_ms": {s: [] for s in shapes}}
         for name, module in modules.items():
             for s in args.shapes:
-                time_intra(module, *s, "cuda")            # compile (and warm) every variant before any round
-            result["variants"][name] = {"description": VARIANTS[name][0], "edits": len(VARIANTS[name][1]),
-                                        "intra_tiles": module.INTRA_TILES, "rounds_ms": {s: [] for s in shapes}}
+                timed(module, *s, "cuda")                 # compile (and warm) every variant before any round
+            tiles = {"intra_tiles": module.INTRA_TILES} if args.launch == "intra" else {"wy_tiles": module.WY_TILES}
+            result["variants"][name] = {"description": variants[name][0], "edits": len(variants[name][1]), **tiles,
+                                        "rounds_ms": {s: [] for s in shapes}}
         for round_ in range(args.rounds):
             for name, module in modules.items():
                 row = result["variants"][name]
                 for key, s in shapes.items():
-                    row["rounds_ms"][key].append(time_intra(module, *s, "cuda"))
+                    row["rounds_ms"][key].append(timed(module, *s, "cuda"))
                 row["ms"] = {key: statistics.median(t) for key, t in row["rounds_ms"].items()}
                 print(f"round {round_ + 1} {name:22s} " + "  ".join(f"{key} {t[-1]:.4f} ms"
                                                                  for key, t in row["rounds_ms"].items()), flush=True)
