@@ -268,12 +268,13 @@ def chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, flags, cu_seqlens, chunk_ind
                                 H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
                                 BK: tl.constexpr, MODE: tl.constexpr, MID_LIMIT: tl.constexpr,
                                 OPERAND_LIMIT: tl.constexpr, DOT: tl.constexpr):
-    """One (chunk, head): A = (I + L)^{-1} and Aqk = scale * L_<=(Q_g Y^T), written as [T, H, BT] rows (Aqk
-    whole, zero above the diagonal; A's blocks above it are not written). MODE 0: midpoint anchors on the diagonal blocks, unchecked (safe_gate). MODE 1: the same, and the chunk's
-    flags [chunks, H] int32 written: bit 0 when a midpoint exponent passed MID_LIMIT (the blocks must be redone),
-    bit 1 when it passed OPERAND_LIMIT less log2 of the largest operand (the backward's test, for float16).
-    MODE 2: only the chunks with bit 0, their diagonal blocks token by token."""
-    i_t, i_h = tl.program_id(0), tl.program_id(1)
+    """One (chunk, head), program i_t * H + i_h: A = (I + L)^{-1} and Aqk = scale * L_<=(Q_g Y^T), written as
+    [T, H, BT] rows (Aqk whole, zero above the diagonal; A's blocks above it are not written). MODE 0: midpoint
+    anchors on the diagonal blocks, unchecked (safe_gate). MODE 1: the same, and the chunk's flags [chunks, H]
+    int32 written: bit 0 when a midpoint exponent passed MID_LIMIT (the blocks must be redone), bit 1 when it
+    passed OPERAND_LIMIT less log2 of the largest operand (the backward's test, for float16). MODE 2: only the
+    chunks with bit 0, their diagonal blocks token by token."""
+    i_t, i_h = tl.program_id(0) // H, tl.program_id(0) % H      # a chunk's heads: neighbouring programs
     if MODE == 2:
         if tl.load(flags + i_t * H + i_h) % 2 == 0:
             return
@@ -322,10 +323,11 @@ def chunk_gdn2_fwd_wy_kernel(q, k, v, g, b, w, A, AE, AZ, KG, QG, GN, Gc, cu_seq
                              H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                              BK: tl.constexpr, BV: tl.constexpr, STORE_G: tl.constexpr, STORE_AZ: tl.constexpr,
                              DOT: tl.constexpr):
-    """One (chunk, head): AE, AZ (only with STORE_AZ), kg = K * gamma_n / gamma, Q_g = scale * Q * gamma
-    ([T, H, *] rows) and gamma_n ([chunks, H, K]), from A ([T, H, BT] rows) and the inputs; with STORE_G also
-    the base-2 G from the chunk's start (Gc [T, H, K] float32, for the backward of Chapter 10)."""
-    i_t, i_h = tl.program_id(0), tl.program_id(1)
+    """One (chunk, head), program i_t * H + i_h: AE, AZ (only with STORE_AZ), kg = K * gamma_n / gamma,
+    Q_g = scale * Q * gamma ([T, H, *] rows) and gamma_n ([chunks, H, K]), from A ([T, H, BT] rows) and the
+    inputs; with STORE_G also the base-2 G from the chunk's start (Gc [T, H, K] float32, for the backward of
+    Chapter 10)."""
+    i_t, i_h = tl.program_id(0) // H, tl.program_id(0) % H      # a chunk's heads: neighbouring programs
     bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)
     o_t = tl.arange(0, BT)
     b_A = tl.where(o_t[:, None] >= o_t[None, :], _load(A + (bos * H + i_h) * BT, t0, 0, T, BT, H * BT, BT, BT), 0.0)
@@ -661,8 +663,9 @@ def _plan(q, k, v, g, b, w, scale, initial_state, cu_seqlens, safe_gate=False, l
 
 
 def _launch_intra(q, k, g, b, A, Aqk, flags, p: _Plan, mode):
-    """One launch of the intra kernel in ``mode`` (0, 1 or 2, see its docstring) over every chunk and head."""
-    chunk_gdn2_fwd_intra_kernel[(p.chunks.shape[0], p.H)](
+    """One launch of the intra kernel in ``mode`` (0, 1 or 2, see its docstring) over every chunk and head, the
+    heads of one chunk in neighbouring programs (see "Neighbouring programs" in Chapter 9)."""
+    chunk_gdn2_fwd_intra_kernel[(p.chunks.shape[0] * p.H,)](
         q, k, g, b, A, Aqk, flags, p.cu, p.chunks, p.scale, H=p.H, K=p.K, BT=64, BC=16,
         BK=min(_block_width(p.K), INTRA_TILES["BK"]), MODE=mode, MID_LIMIT=MID_LIMIT,
         OPERAND_LIMIT=_operand_limit(p.store), DOT=p.DOT, num_warps=INTRA_TILES["num_warps"],
@@ -710,9 +713,10 @@ def _wy_buffers(p: _Plan, device, store_G=False, store_AZ=True):
 
 def _launch_wy(q, k, v, g, b, w, A, out, p: _Plan, tiles=None):
     """One WY launch over the chunks of p's map into ``out`` (the dict of _wy_buffers: AZ and G are written where
-    they are not None), with the tile table ``tiles`` (None: WY_TILES)."""
+    they are not None), with the tile table ``tiles`` (None: WY_TILES); a chunk's heads in neighbouring programs,
+    as in _launch_intra."""
     tiles = WY_TILES if tiles is None else tiles
-    chunk_gdn2_fwd_wy_kernel[(p.chunks.shape[0], p.H)](
+    chunk_gdn2_fwd_wy_kernel[(p.chunks.shape[0] * p.H,)](
         q, k, v, g, b, w, A, out["AE"], out["AZ"], out["KG"], out["QG"], out["GN"], out["G"], p.cu, p.chunks,
         p.scale, H=p.H, K=p.K, V=p.V, BT=64, BK=min(_block_width(p.K), tiles["BK"]),
         BV=_block_width(p.V, tiles["BV"]), STORE_G=out["G"] is not None, STORE_AZ=out["AZ"] is not None,

@@ -16,6 +16,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 import gpu_intra_ablation as ablation  # noqa: E402
 from gdn2edu import chunk_kernels  # noqa: E402
+from gdn2edu.kernel_history import module_kernels  # noqa: E402
 
 
 def test_every_variant_applies_to_todays_kernel_and_changes_it():
@@ -31,9 +32,8 @@ def test_every_variant_applies_to_todays_kernel_and_changes_it():
         text = ablation.variant_source(name, variants=ablation.WY_VARIANTS)
         ast.parse(text)
         assert (text != source) == bool(edits) == (name != "baseline") and not tiles, name
-        def wy_kernel(s):
-            return s[s.index("def chunk_gdn2_fwd_wy_kernel("):s.index("def _load_tile(")]
-        assert text.replace(wy_kernel(text), "") == source.replace(wy_kernel(source), ""), name  # the WY kernel alone
+        changed = {n for n, s in module_kernels(text).items() if module_kernels(source).get(n) != s}
+        assert changed == (set() if name == "baseline" else {"chunk_gdn2_fwd_wy_kernel"}), name  # the WY kernel alone
 
 
 def test_a_stale_edit_is_refused_and_unknown_names_too():
@@ -141,3 +141,26 @@ def test_the_wy_kernels_16bit_products_round_only_its_products(tmp_path):
         assert 0 < error < 4 * 2.0 ** -11, (name, error)
     for name in ("KG", "QG", "GN"):
         assert torch.equal(rounded[name], shipped[name]), name
+
+
+def test_the_order_of_the_programs_moves_no_value(tmp_path):
+    """The intra and WY launches with a head's chunks neighbouring (chunks_first, the order before Chapter 9's
+    "Neighbouring programs") and with a chunk's heads neighbouring (shipped) write the same bits: every program
+    computes from its own chunk and head alone. Packed sequences with a tail, two heads, float16, and a gate strong
+    enough that mode 2 redoes a chunk, so that the flags are indexed in both orders too."""
+    intra_first = ablation.load_variant("chunks_first", tmp_path)
+    wy_first = ablation.load_variant("chunks_first", tmp_path, ablation.WY_VARIANTS)
+    q, k, v, g, b, w = chunk_kernels.baseline_inputs(1, 150, 2, K=32, V=32, dtype=torch.float16, device="cpu")
+    g[0, 90, 1] = -100.0
+    cu = torch.tensor([0, 70, 150])
+    p = chunk_kernels._plan(q, k, v, g, b, w, None, None, cu)
+    shipped = chunk_kernels._intra_states(q, k, g, b, p)
+    assert shipped["flags"].remainder(2).sum() >= 1                   # a chunk redone token by token
+    before = intra_first._intra_states(q, k, g, b, p)
+    row = torch.cat([torch.arange(70) % 64, torch.arange(80) % 64])        # each row's place in its chunk
+    lower = (torch.arange(64)[None, :] <= row[:, None])[None, :, None, :].expand(1, 150, 2, 64)  # A's written part
+    assert torch.equal(before["A"][lower], shipped["A"][lower])
+    assert torch.equal(before["Aqk"], shipped["Aqk"]) and torch.equal(before["flags"], shipped["flags"])
+    wy_shipped, wy_before = (m._wy_states(q, k, v, g, b, w, shipped["A"], p) for m in (chunk_kernels, wy_first))
+    for name in ("AE", "AZ", "KG", "QG", "GN"):
+        assert torch.equal(wy_before[name], wy_shipped[name]), name

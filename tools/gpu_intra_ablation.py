@@ -152,6 +152,17 @@ _FUSED_WY_EDITS = [
      "BT=64, BC=16,")]
 FUSED_WY_OUTPUTS = ("AE", "AZ", "KG", "QG", "GN")
 
+# The order the intra and WY kernels had their programs in before "Neighbouring programs" (Chapter 9): program
+# (i_t, i_h) of a 2-D grid, a head's chunks neighbouring; the same values, in another order.
+_PROGRAM = "    i_t, i_h = tl.program_id(0) // H, tl.program_id(0) % H      # a chunk's heads: neighbouring programs\n"
+_CHUNKS_FIRST = [(_PROGRAM + "    if MODE == 2:", "    i_t, i_h = tl.program_id(0), tl.program_id(1)\n    if MODE == 2:"),
+                 ("chunk_gdn2_fwd_intra_kernel[(p.chunks.shape[0] * p.H,)](",
+                  "chunk_gdn2_fwd_intra_kernel[(p.chunks.shape[0], p.H)](")]
+_WY_CHUNKS_FIRST = [(_PROGRAM + "    bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)\n    o_t",
+                     "    i_t, i_h = tl.program_id(0), tl.program_id(1)\n"
+                     "    bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)\n    o_t"),
+                    ("chunk_gdn2_fwd_wy_kernel[(p.chunks.shape[0] * p.H,)](", "chunk_gdn2_fwd_wy_kernel[(p.chunks.shape[0], p.H)](")]
+
 # name -> (what it cuts or changes, source edits [(old, new)], changes to INTRA_TILES)
 VARIANTS = {
     "baseline": ("the shipped kernel and tiles", [], {}),
@@ -178,6 +189,8 @@ VARIANTS = {
     "stages_2": ("two pipeline stages", [], {"num_stages": 2}),
     "stages_4": ("four pipeline stages", [], {"num_stages": 4}),
     "warps_2": ("two warps", [], {"num_warps": 2}),
+    "chunks_first": ("the programs in the order before: a head's chunks neighbouring (the same values)",
+                     _CHUNKS_FIRST, {}),
 }
 
 # The WY kernel's variants, each timed on the WY launch (--launch wy), against what FLA's kernel for the step
@@ -204,6 +217,8 @@ WY_VARIANTS = {
                 "_load(q + p_qk, t0, i_k * BK, T, K, H * K, BT, BK) * (scale * tl.exp2(b_G)), mask=m_x)\n", "")], {}),
     "no_az": ("AZ cut: v and w not read, AZ not formed or stored",
               [("    if STORE_AZ:                            # only the scan reads AZ", "    if STORE_AZ and K < 0:")], {}),
+    "chunks_first": ("the programs in the order before: a head's chunks neighbouring (the same values)",
+                     _WY_CHUNKS_FIRST, {}),
 }
 LAUNCHES = {"intra": VARIANTS, "wy": WY_VARIANTS}
 
