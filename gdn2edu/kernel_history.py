@@ -15,6 +15,10 @@ KERNEL_FILES = ("gdn2edu/chunk_kernels.py", "gdn2edu/chunk_backward_kernels.py")
 # kernel modules names them). A record of bf16 or fp16 runs compares kernels ignoring them; so does one that
 # states the FLOAT32_DOT it ran with (--fp32-dot).
 FLOAT32_ONLY = ("FLOAT32_DOT", "FLOAT32_DOTS")
+# The forward's kernels whose programs were renumbered, a chunk's heads made neighbours (Chapter 9's section
+# "Neighbouring programs"): the same bits out (tests/test_gpu_intra_ablation.py), so a value recorded at the
+# kernels before holds for today's; a time does not.
+HEADS_FIRST = frozenset({"chunk_gdn2_fwd_intra_kernel", "chunk_gdn2_fwd_wy_kernel"})
 
 
 def _checkout():
@@ -87,3 +91,12 @@ def changed_kernels(commit_a, commit_b, path=KERNEL_FILES[0], ignoring=()):
     if a is None or b is None:
         return None
     return {name for name in a.keys() | b.keys() if a.get(name) != b.get(name)}
+
+
+def changed_in_files(commit_a, commit_b, paths=KERNEL_FILES, ignoring=()):
+    """changed_kernels of every file of ``paths`` together: the names that differ in any of them, or None where
+    the whole history is not at hand."""
+    if isinstance(paths, str) or not paths:
+        raise ValueError(f"paths must be a non-empty sequence of file paths, got {paths!r}")
+    changed = [changed_kernels(commit_a, commit_b, path, ignoring) for path in paths]
+    return None if None in changed else set().union(*changed)

@@ -5,8 +5,8 @@ import subprocess
 
 import pytest
 
-from gdn2edu.kernel_history import (FLOAT32_ONLY, KERNEL_FILES, _checkout, changed_kernels, kernel_sources,
-                                    module_kernels, same_kernels)
+from gdn2edu.kernel_history import (FLOAT32_ONLY, HEADS_FIRST, KERNEL_FILES, _checkout, changed_in_files,
+                                    changed_kernels, kernel_sources, module_kernels, same_kernels)
 
 ROOT = _checkout()                   # None without the whole history: the functions then answer None
 needs_history = pytest.mark.skipif(ROOT is None, reason="no complete git history here")
@@ -55,17 +55,28 @@ def test_changed_kernels_names_what_a_commit_changed():
     assert changed_kernels("HEAD", "HEAD") == set()
 
 
+@needs_history
+def test_heads_first_names_what_the_renumbering_changed():
+    """8d974f9 renumbered the intra and WY kernels' programs and changed nothing else of either kernel file;
+    changed_in_files joins both files' answers."""
+    assert changed_in_files("8d974f9~1", "8d974f9") == HEADS_FIRST
+    assert changed_in_files("19d4214~1", "19d4214") == changed_kernels("19d4214~1", "19d4214")
+    assert changed_in_files("e6c4116", "f30021e") == {"KEPT", "SAVED"}
+
+
 def test_without_history_every_answer_is_none(monkeypatch):
     import gdn2edu.kernel_history as kh
     monkeypatch.setattr(kh, "_checkout", lambda: None)
     assert kh.kernel_sources("HEAD", KERNEL_FILES[0]) is None and kh.same_kernels("HEAD", "HEAD") is None
-    assert kh.changed_kernels("HEAD", "HEAD") is None
+    assert kh.changed_kernels("HEAD", "HEAD") is None and kh.changed_in_files("HEAD", "HEAD") is None
 
 
 @pytest.mark.parametrize("paths", ["gdn2edu/chunk_kernels.py", ()])
-def test_same_kernels_refuses_paths_that_are_not_a_list_of_files(paths):
+@pytest.mark.parametrize("compare", ["same_kernels", "changed_in_files"])
+def test_comparisons_of_files_refuse_paths_that_are_not_a_list_of_files(paths, compare):
+    import gdn2edu.kernel_history as kh
     with pytest.raises(ValueError, match="paths must be a non-empty sequence"):
-        same_kernels("HEAD", "HEAD", paths)
+        getattr(kh, compare)("HEAD", "HEAD", paths)
 
 
 def test_module_kernels_takes_jit_functions_and_public_settings_only():
