@@ -71,12 +71,17 @@ def _compared(sources, ignoring):
     return None if sources is None else {name: s for name, s in sources.items() if name not in ignoring}
 
 
+def _check_paths(paths):
+    """A ValueError unless ``paths`` is a non-empty sequence of file paths (not one path as a str)."""
+    if isinstance(paths, str) or not paths:
+        raise ValueError(f"paths must be a non-empty sequence of file paths, got {paths!r}")
+
+
 def same_kernels(commit_a, commit_b, paths=KERNEL_FILES, ignoring=()):
     """True if each file of ``paths`` has kernels and the same kernel_sources at the two commits, False if one
     differs, None where the whole history is not at hand. Settings named in ``ignoring`` (FLOAT32_ONLY: for a
     record of 16-bit runs, or one that states its FLOAT32_DOT) are not compared."""
-    if isinstance(paths, str) or not paths:
-        raise ValueError(f"paths must be a non-empty sequence of file paths, got {paths!r}")
+    _check_paths(paths)
     pairs = [(_compared(kernel_sources(commit_a, path), ignoring), _compared(kernel_sources(commit_b, path), ignoring))
              for path in paths]
     if any(None in pair for pair in pairs):
@@ -96,7 +101,6 @@ def changed_kernels(commit_a, commit_b, path=KERNEL_FILES[0], ignoring=()):
 def changed_in_files(commit_a, commit_b, paths=KERNEL_FILES, ignoring=()):
     """changed_kernels of every file of ``paths`` together: the names that differ in any of them, or None where
     the whole history is not at hand."""
-    if isinstance(paths, str) or not paths:
-        raise ValueError(f"paths must be a non-empty sequence of file paths, got {paths!r}")
+    _check_paths(paths)
     changed = [changed_kernels(commit_a, commit_b, path, ignoring) for path in paths]
     return None if None in changed else set().union(*changed)
