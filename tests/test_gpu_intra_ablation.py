@@ -164,3 +164,35 @@ def test_the_order_of_the_programs_moves_no_value(tmp_path):
     wy_shipped, wy_before = (m._wy_states(q, k, v, g, b, w, shipped["A"], p) for m in (chunk_kernels, wy_first))
     for name in ("AE", "AZ", "KG", "QG", "GN"):
         assert torch.equal(wy_before[name], wy_shipped[name]), name
+
+
+def test_the_kept_gates_candidates_compute_the_shipped_values(tmp_path):
+    """gates_kept and reads_kept_gates are candidates: in the interpreter (float32, packed sequences with tails, two
+    heads, a gate strong enough that mode 2 redoes a chunk) the intra launches write A, Aqk and the flags as the
+    shipped kernel does, up to the order of the gates' sums, and keep G and Q_g as the shipped WY launch writes
+    them; the WY partner, on that kept G, writes the shipped AE, AZ, kg and gamma_n. The sums differ in order only
+    (the running sum by products against tl.cumsum, Q_g through the first row's anchor): an exponent near -150
+    moves by some 2^-24 of itself per addition, so factors of 2^G agree to 1e-4, as in the fused_wy test."""
+    intra = ablation.load_variant("gates_kept", tmp_path)
+    wy = ablation.load_variant("reads_kept_gates", tmp_path, ablation.WY_VARIANTS)
+    q, k, v, g, b, w = chunk_kernels.baseline_inputs(1, 150, 2, K=32, V=32, dtype=torch.float32, device="cpu")
+    g[0, 90, 1] = -100.0                                              # a midpoint factor past the limit
+    cu = torch.tensor([0, 70, 150])
+    p = chunk_kernels._plan(q, k, v, g, b, w, None, None, cu)
+    shipped = chunk_kernels._intra_states(q, k, g, b, p)
+    assert shipped["flags"].remainder(2).sum() >= 1                   # a chunk redone token by token
+    shipped.update(chunk_kernels._wy_states(q, k, v, g, b, w, shipped["A"], p, store_G=True))
+    kept = ablation.keep_gates(intra, p, "cpu")
+    kept.update(intra._intra_states(q, k, g, b, p))
+    row = torch.cat([torch.arange(70) % 64, torch.arange(80) % 64])
+    lower = (torch.arange(64)[None, :] <= row[:, None])[None, :, None, :].expand(1, 150, 2, 64)
+    torch.testing.assert_close(kept["A"][lower], shipped["A"][lower], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(kept["Aqk"], shipped["Aqk"], rtol=1e-5, atol=1e-6)
+    assert torch.equal(kept["flags"], shipped["flags"])
+    for name in ("G", "QG"):
+        assert shipped[name].abs().max() > 0.01, name
+        torch.testing.assert_close(kept[name], shipped[name], rtol=1e-4, atol=1e-6, msg=name)
+    wy._KEPT_G = kept["G"]
+    partner = wy._wy_states(q, k, v, g, b, w, kept["A"], p)
+    for name in ("AE", "AZ", "KG", "GN"):
+        torch.testing.assert_close(partner[name], shipped[name], rtol=1e-4, atol=1e-6, msg=name)

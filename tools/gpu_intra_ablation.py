@@ -26,6 +26,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+import torch
+
+from gdn2edu import chunk_kernels
 from gdn2edu.bench import gpu_record, measure_ms, parse_shapes
 
 SOURCE = Path(__file__).resolve().parents[1] / "gdn2edu" / "chunk_kernels.py"
@@ -164,6 +167,54 @@ _WY_CHUNKS_FIRST = [(_PROGRAM + "    bos, T, t0 = _chunk_of_program(i_t, cu_seql
                     ("chunk_gdn2_fwd_wy_kernel[(p.chunks.shape[0] * p.H,)](", "chunk_gdn2_fwd_wy_kernel[(p.chunks.shape[0], p.H)](")]
 
 # name -> (what it cuts or changes, source edits [(old, new)], changes to INTRA_TILES)
+# A candidate route of the issue on speed: the gates formed once. Today each row of sub-chunks forms the gates of
+# every sub-chunk before it again (a product with the lower-triangular ones per sub-chunk and key block: ten where
+# four would do). Here each row stores its sub-chunk's base-2 G from the chunk's start (float32 [T, H, K], the
+# module's _GATES_KEPT[0]) and Q_g = scale q 2^G (_GATES_KEPT[1], in the intermediates' type; for the rows after the
+# first from the rows anchored at the first row, scale (q 2^(G - G_first)) 2^G_first), and the later rows read G
+# back, behind a barrier at the end of each row; the prefix is G on the row before the sub-chunk (the sequence's
+# last row in a tail, as the running sum carries it). Its WY partner (WY_VARIANTS' reads_kept_gates) reads G
+# instead of summing g and writes no Q_g.
+_ROW_GATES = ("        if ROW > 0:\n"
+              "            b_g0, b_p = _gates(g, bos, T, t0, i_h, i_k, b_p, H, K, BC, BK, DOT)\n"
+              "        if ROW > 1:\n"
+              "            b_g1, b_p = _gates(g, bos, T, t0 + BC, i_h, i_k, b_p, H, K, BC, BK, DOT)\n"
+              "        if ROW > 2:\n"
+              "            b_g2, b_p = _gates(g, bos, T, t0 + 2 * BC, i_h, i_k, b_p, H, K, BC, BK, DOT)\n"
+              "        b_q, b_e, b_k, b_g, b_first, b_last = _sub_chunk(q, k, b, g, bos, T, t0 + ROW * BC, i_h, i_k, b_p,\n"
+              "                                                         H, K, BC, BK, DOT)\n")
+_GATES_KEPT_EDITS = [
+    ("def _row_scores(q, k, g, b, bos, T, t0, i_h, scale, ROW: tl.constexpr,",
+     "def _row_scores(q, k, g, b, bos, T, t0, i_h, scale, Gk, QGk, ROW: tl.constexpr,"),
+    (_ROW_GATES,
+     "        p_g, o_kk = Gk + (bos * H + i_h) * K, i_k * BK + tl.arange(0, BK)\n"
+     "        if ROW > 0:\n"
+     "            b_g0 = _load(p_g, t0, i_k * BK, T, K, H * K, BC, BK)\n"
+     "            b_p = tl.load(p_g + (tl.minimum(t0 + ROW * BC, T) - 1) * H * K + o_kk, mask=o_kk < K, other=0.0)\n"
+     "        if ROW > 1:\n"
+     "            b_g1 = _load(p_g, t0 + BC, i_k * BK, T, K, H * K, BC, BK)\n"
+     "        if ROW > 2:\n"
+     "            b_g2 = _load(p_g, t0 + 2 * BC, i_k * BK, T, K, H * K, BC, BK)\n"
+     "        b_q, b_e, b_k, b_g, b_first, b_last = _sub_chunk(q, k, b, g, bos, T, t0 + ROW * BC, i_h, i_k, b_p,\n"
+     "                                                         H, K, BC, BK, DOT)\n"
+     "        p_x, m_x = _tile(p_g, t0 + ROW * BC, i_k * BK, T, K, H * K, BC, BK)\n"
+     "        tl.store(p_x, b_g, mask=m_x)\n"
+     "        p_x, m_x = _tile(QGk + (bos * H + i_h) * K, t0 + ROW * BC, i_k * BK, T, K, H * K, BC, BK)\n"
+     "        if ROW == 0:\n"
+     "            tl.store(p_x, (b_q * (scale * tl.exp2(b_g))).to(p_x.dtype.element_ty), mask=m_x)\n"),
+    ("        if ROW > 0:\n            b_qr, b_er = _anchored_rows(b_q, b_e, b_g, b_first)\n",
+     "        if ROW > 0:\n            b_qr, b_er = _anchored_rows(b_q, b_e, b_g, b_first)\n"
+     "            tl.store(p_x, (b_qr * (scale * tl.exp2(b_first))[None, :]).to(p_x.dtype.element_ty), mask=m_x)\n"),
+    ("            q, k, g, b, bos, T, t0, i_h, scale, ROW, H, K, BC, BK, PAIRWISE, CHECK_OPERANDS, DOT)",
+     "            q, k, g, b, bos, T, t0, i_h, scale, Gk, QGk, ROW, H, K, BC, BK, PAIRWISE, CHECK_OPERANDS, DOT)"),
+    ("def chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, flags, cu_seqlens, chunk_indices, scale,\n",
+     "def chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, flags, cu_seqlens, chunk_indices, scale, Gk, QGk,\n"),
+    ("                         BC)                    # 64 x 64 tiles straight into their products, unmasked\n",
+     "                         BC)                    # 64 x 64 tiles straight into their products, unmasked\n"
+     "        tl.debug_barrier()                      # this row's G, read by the rows after it\n"),
+    ("        q, k, g, b, A, Aqk, flags, p.cu, p.chunks, p.scale, H=p.H, K=p.K, BT=64, BC=16,",
+     "        q, k, g, b, A, Aqk, flags, p.cu, p.chunks, p.scale, *_GATES_KEPT, H=p.H, K=p.K, BT=64, BC=16,")]
+
 VARIANTS = {
     "baseline": ("the shipped kernel and tiles", [], {}),
     "no_inverse": ("phase 2 cut: no read-back of L, no substitutions, no block merges, no stores of A", [_SKIP_INVERSE], {}),
@@ -190,7 +241,8 @@ VARIANTS = {
     "stages_4": ("four pipeline stages", [], {"num_stages": 4}),
     "warps_2": ("two warps", [], {"num_warps": 2}),
     "chunks_first": ("the programs in the order before: a head's chunks neighbouring (the same values)",
-                     _CHUNKS_FIRST, {}),
+                     _CHUNKS_FIRST, {}),    "gates_kept": ("the gates formed once: each row stores its G and Q_g, the later rows read G back (a candidate: "
+                   "same A and Aqk up to rounding, G and Q_g for the WY launch)", _GATES_KEPT_EDITS, {}),
 }
 
 # The WY kernel's variants, each timed on the WY launch (--launch wy), against what FLA's kernel for the step
@@ -204,6 +256,16 @@ _WY_PRODUCTS_16BIT = [
      "tl.store(p_x, tl.dot(b_A, b_E.to(b_A.dtype), input_precision=DOT), mask=m_x)"),
     ("tl.store(p_x, tl.dot(b_A, b_Z, input_precision=DOT), mask=m_x)",
      "tl.store(p_x, tl.dot(b_A, b_Z.to(b_A.dtype), input_precision=DOT), mask=m_x)")]
+_WY_NO_QG = ("        p_x, m_x = _tile(QG + p_qk, t0, i_k * BK, T, K, H * K, BT, BK)\n        tl.store(p_x, "
+             "_load(q + p_qk, t0, i_k * BK, T, K, H * K, BT, BK) * (scale * tl.exp2(b_G)), mask=m_x)\n", "")
+_WY_READS_KEPT_GATES = [
+    ("b_G = tl.cumsum(_load(g + p_qk, t0, i_k * BK, T, K, H * K, BT, BK) * 1.4426950408889634, axis=0)",
+     "b_G = _load(Gc + p_qk, t0, i_k * BK, T, K, H * K, BT, BK)"),
+    ("        b_Gn = tl.sum(tl.where(o_t[:, None] == BT - 1, b_G, 0.0), axis=0)\n",
+     "        o_kk = i_k * BK + tl.arange(0, BK)\n"
+     "        b_Gn = tl.load(Gc + p_qk + (tl.minimum(t0 + BT, T) - 1) * H * K + o_kk, mask=o_kk < K, other=0.0)\n"),
+    _WY_NO_QG,
+    ('out["QG"], out["GN"], out["G"], p.cu', 'out["QG"], out["GN"], _KEPT_G, p.cu')]
 WY_VARIANTS = {
     "baseline": ("the shipped kernel and tiles", [], {}),
     "products_16bit": ("A, E and Z rounded to the store type before their products (16-bit tensor-core products, "
@@ -213,12 +275,12 @@ WY_VARIANTS = {
                          "axis=0)", "b_G = _load(g + p_qk, t0, i_k * BK, T, K, H * K, BT, BK) * 1.4426950408889634")],
                        {}),
     "no_qg": ("Q_g cut: q not read, Q_g not formed or stored (what FLA 0.6.0's forward leaves to its output kernel)",
-              [("        p_x, m_x = _tile(QG + p_qk, t0, i_k * BK, T, K, H * K, BT, BK)\n        tl.store(p_x, "
-                "_load(q + p_qk, t0, i_k * BK, T, K, H * K, BT, BK) * (scale * tl.exp2(b_G)), mask=m_x)\n", "")], {}),
+              [_WY_NO_QG], {}),
     "no_az": ("AZ cut: v and w not read, AZ not formed or stored",
               [("    if STORE_AZ:                            # only the scan reads AZ", "    if STORE_AZ and K < 0:")], {}),
     "chunks_first": ("the programs in the order before: a head's chunks neighbouring (the same values)",
-                     _WY_CHUNKS_FIRST, {}),
+                     _WY_CHUNKS_FIRST, {}),    "reads_kept_gates": ("gates_kept's partner: G read as the intra launch kept it instead of summed from g, no Q_g "
+                         "(a candidate: the same AE, kg and gamma_n up to rounding)", _WY_READS_KEPT_GATES, {}),
 }
 LAUNCHES = {"intra": VARIANTS, "wy": WY_VARIANTS}
 
@@ -259,6 +321,15 @@ def fuse_wy_outputs(module, p, v, w):
     return out
 
 
+def keep_gates(module, p, device):
+    """For the gates_kept variant on the plan p: its extra kernel arguments, G [B, T, H, K] float32 and Q_g
+    [B, T, H, K] in p.store (uninitialised), set as the module's _GATES_KEPT; returns them as {"G", "QG"}."""
+    out = dict(G=torch.empty(p.B, p.T, p.H, p.K, dtype=torch.float32, device=device),
+               QG=torch.empty(p.B, p.T, p.H, p.K, dtype=p.store, device=device))
+    module._GATES_KEPT = (out["G"], out["QG"])
+    return out
+
+
 def time_intra(module, B, T, H, device):
     """Median ms of the default path's first intra launch (mode 1: scores, flags, inverse) at (B, T, H)."""
     q, k, v, g, b, w = module.baseline_inputs(B, T, H, device=device)
@@ -266,6 +337,7 @@ def time_intra(module, B, T, H, device):
     A, Aqk, flags = module._intra_buffers(p, device)
     if hasattr(module, "_wy_after_inverse"):
         fuse_wy_outputs(module, p, v, w)
+    keep_gates(module, p, device)                         # read by gates_kept alone
     return measure_ms(lambda: module._launch_intra(q, k, g, b, A, Aqk, flags, p, 1), warmup=50, rep=300)
 
 
@@ -275,6 +347,7 @@ def time_wy(module, B, T, H, device):
     q, k, v, g, b, w = module.baseline_inputs(B, T, H, device=device)
     p = module._plan(q, k, v, g, b, w, None, None, None)
     A = module._intra_states(q, k, g, b, p)["A"]
+    module._KEPT_G = chunk_kernels._wy_states(q, k, v, g, b, w, A, p, store_G=True)["G"]  # read by reads_kept_gates
     return measure_ms(lambda: module._wy_states(q, k, v, g, b, w, A, p), warmup=50, rep=300)
 
 
