@@ -759,6 +759,15 @@ def summarize_processes(results):
                       for (impl, *shape, part), v in times.items()]}
 
 
+def forward_rows(summary, part, key, name):
+    """{(B, T, H): record} of a summary of summarize_processes: its operator's forward rows (fwd_ms) of one pair
+    (part "ratios", key "pair") or one implementation (part "times", key "impl")."""
+    if (part, key) not in (("ratios", "pair"), ("times", "impl")):
+        raise ValueError(f"part and key must be ('ratios', 'pair') or ('times', 'impl'), got ({part!r}, {key!r})")
+    return {(r["B"], r["T"], r["H"]): r for r in summary[part]
+            if r["rows"] == "forward" and r["part"] == "fwd_ms" and r[key] == name}
+
+
 def _medians_by(processes, part, key_of):
     """{key_of(row): {kernel: median ms over processes}} of the rows of ``part`` in a combined file's "processes"
     entries, kernels in the first process's order. Every process must hold an "ok" row for every key that any

@@ -19,6 +19,11 @@ FLOAT32_ONLY = ("FLOAT32_DOT", "FLOAT32_DOTS")
 # "Neighbouring programs"): the same bits out (tests/test_gpu_intra_ablation.py), so a value recorded at the
 # kernels before holds for today's; a time does not.
 HEADS_FIRST = frozenset({"chunk_gdn2_fwd_intra_kernel", "chunk_gdn2_fwd_wy_kernel"})
+# The kernels that changed when the scans took Aqk whole (Chapter 9's section "The scans take Aqk whole"): the
+# intra kernel writes Aqk's blocks above the diagonal as zeros, the forward scan and output kernel (in the first
+# file of KERNEL_FILES) and the backward scan (in the second) read it unmasked.
+WHOLE_AQK = frozenset({"chunk_gdn2_fwd_intra_kernel", "chunk_gdn2_fwd_scan_kernel", "chunk_gdn2_fwd_output_kernel"})
+WHOLE_AQK_BACKWARD = frozenset({"chunk_gdn2_bwd_scan_kernel"})
 
 
 def _checkout():

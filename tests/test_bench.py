@@ -150,6 +150,20 @@ def test_summary_of_the_harness_record(root):
         assert r["count"] == 3 and r["median"] == statistics.median(by_hand)
 
 
+def test_forward_rows_picks_one_pair_or_implementation_of_the_forward(root):
+    """bench.forward_rows on the harness record: the default pair's FLA/ours and our own fwd_ms medians at the four
+    shapes, each the stored summary's record; a part and key that do not go together are refused by name."""
+    summary = json.loads((root / "results" / "h200_bench_harness.json").read_text())["summary"]
+    pair, ours = bench.forward_rows(summary, "ratios", "pair", "default"), bench.forward_rows(summary, "times",
+                                                                                             "impl", "gdn2edu")
+    assert set(pair) == set(ours) and len(ours) == 4
+    for (B, T, H), r in pair.items():
+        assert (r["part"], r["pair"], r["B"], r["T"], r["H"]) == ("fwd_ms", "default", B, T, H) and r in summary["ratios"]
+        assert ours[(B, T, H)]["impl"] == "gdn2edu" and ours[(B, T, H)]["part"] == "fwd_ms"
+    with pytest.raises(ValueError, match="part and key must be"):
+        bench.forward_rows(summary, "ratios", "impl", "gdn2edu")
+
+
 TINY_CHECK = ("--device", "cpu", "--parts", "checks", "--shapes", "1x64x1", "--K", "16", "--dtype", "fp32")
 
 

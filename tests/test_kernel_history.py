@@ -5,8 +5,8 @@ import subprocess
 
 import pytest
 
-from gdn2edu.kernel_history import (FLOAT32_ONLY, HEADS_FIRST, KERNEL_FILES, _checkout, changed_in_files,
-                                    changed_kernels, kernel_sources, module_kernels, same_kernels)
+from gdn2edu.kernel_history import (FLOAT32_ONLY, HEADS_FIRST, KERNEL_FILES, WHOLE_AQK, WHOLE_AQK_BACKWARD, _checkout,
+                                    changed_in_files, changed_kernels, kernel_sources, module_kernels, same_kernels)
 
 ROOT = _checkout()                   # None without the whole history: the functions then answer None
 needs_history = pytest.mark.skipif(ROOT is None, reason="no complete git history here")
@@ -62,6 +62,14 @@ def test_heads_first_names_what_the_renumbering_changed():
     assert changed_in_files("8d974f9~1", "8d974f9") == HEADS_FIRST
     assert changed_in_files("19d4214~1", "19d4214") == changed_kernels("19d4214~1", "19d4214")
     assert changed_in_files("e6c4116", "f30021e") == {"KEPT", "SAVED"}
+
+
+@needs_history
+def test_whole_aqk_names_what_taking_aqk_whole_changed_file_by_file():
+    """c74f6ad made the scans take Aqk whole: in the forward file exactly WHOLE_AQK, in the backward file exactly
+    WHOLE_AQK_BACKWARD (16-bit records: the float32-only settings are not compared)."""
+    assert [changed_kernels("c74f6ad~1", "c74f6ad", path, ignoring=FLOAT32_ONLY) for path in KERNEL_FILES] == [
+        WHOLE_AQK, WHOLE_AQK_BACKWARD]
 
 
 def test_without_history_every_answer_is_none(monkeypatch):
