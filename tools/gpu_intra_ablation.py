@@ -214,6 +214,14 @@ _GATES_KEPT_EDITS = [
      "        tl.debug_barrier()                      # this row's G, read by the rows after it\n"),
     ("        q, k, g, b, A, Aqk, flags, p.cu, p.chunks, p.scale, H=p.H, K=p.K, BT=64, BC=16,",
      "        q, k, g, b, A, Aqk, flags, p.cu, p.chunks, p.scale, *_GATES_KEPT, H=p.H, K=p.K, BT=64, BC=16,")]
+# Two parts of gates_kept, to see which costs: G kept without the stores of Q_g (the WY launch would still form it),
+# and gates_kept without its barriers (a timing only: a later row may then read G before it is visible)
+_QG_STORES = ("        p_x, m_x = _tile(QGk + (bos * H + i_h) * K, t0 + ROW * BC, i_k * BK, T, K, H * K, BC, BK)\n"
+              "        if ROW == 0:\n"
+              "            tl.store(p_x, (b_q * (scale * tl.exp2(b_g))).to(p_x.dtype.element_ty), mask=m_x)\n")
+_GATES_ONLY_EDITS = [_GATES_KEPT_EDITS[0], (_ROW_GATES, _GATES_KEPT_EDITS[1][1].replace(_QG_STORES, "")),
+                     *_GATES_KEPT_EDITS[3:]]
+_GATES_KEPT_NO_BARRIER_EDITS = [edit for edit in _GATES_KEPT_EDITS if "tl.debug_barrier()" not in edit[1]]
 
 VARIANTS = {
     "baseline": ("the shipped kernel and tiles", [], {}),
@@ -243,6 +251,9 @@ VARIANTS = {
     "chunks_first": ("the programs in the order before: a head's chunks neighbouring (the same values)",
                      _CHUNKS_FIRST, {}),    "gates_kept": ("the gates formed once: each row stores its G and Q_g, the later rows read G back (a candidate: "
                    "same A and Aqk up to rounding, G and Q_g for the WY launch)", _GATES_KEPT_EDITS, {}),
+    "gates_kept_g_only": ("gates_kept without the stores of Q_g (G kept and read back)", _GATES_ONLY_EDITS, {}),
+    "gates_kept_no_barrier": ("gates_kept without the barriers after its rows (a timing: G may be read early)",
+                              _GATES_KEPT_NO_BARRIER_EDITS, {}),
 }
 
 # The WY kernel's variants, each timed on the WY launch (--launch wy), against what FLA's kernel for the step
