@@ -25,12 +25,20 @@ def test_every_run_computes_the_shipped_values(B, T):
     launches = concurrency.Launches(q, k, v, g, b, w)
     assert torch.equal(launches.shipped, chunk_kernels.chunk_gdn2_fwd(q, k, v, g, b, w)[0])
     assert launches.intra()["flags"].remainder(2).sum() == 1                 # the chunk with g = -100, flagged
+    launches.scan_stages = 1              # not the shipped stages (which the interpreter ignores, as it does these)
     concurrency.check_runs(launches)
+    assert concurrency.ck.FUSED_SCAN_STAGES == 3                      # put back after each scan
     launches.f["Aqk"][0, 70, 0, 3] += 1.0     # an intermediate of the scan's (row 6 of chunk 1): its output differs
     with pytest.raises(AssertionError, match="the scan's output differs"):
         concurrency.check_runs(launches)
     with pytest.raises(ValueError, match="name must be one of"):
         launches.run("fastest")
+
+
+def test_rows_name_each_run_once_per_stage_count():
+    names = concurrency.row_names([3, 1])
+    assert len(names) == len(set(names)) == 2 + 1 + 5 * 2
+    assert "intra,wy|scan stages 1" in names and "wy" in names and "scan stages 3" in names
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a GPU")
