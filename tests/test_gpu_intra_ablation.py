@@ -34,6 +34,12 @@ def test_every_variant_applies_to_todays_kernel_and_changes_it():
         assert (text != source) == bool(edits) == (name != "baseline") and not tiles, name
         changed = {n for n, s in module_kernels(text).items() if module_kernels(source).get(n) != s}
         assert changed == (set() if name == "baseline" else {"chunk_gdn2_fwd_wy_kernel"}), name  # the WY kernel alone
+    for name, (_, edits, tiles) in ablation.SCAN_VARIANTS.items():    # the scan's: edits only, the scan alone
+        text = ablation.variant_source(name, variants=ablation.SCAN_VARIANTS)
+        ast.parse(text)
+        assert (text != source) == bool(edits) == (name != "baseline") and not tiles, name
+        changed = {n for n, s in module_kernels(text).items() if module_kernels(source).get(n) != s}
+        assert changed == (set() if name == "baseline" else {"chunk_gdn2_fwd_scan_kernel"}), name
 
 
 def test_a_stale_edit_is_refused_and_unknown_names_too():
@@ -196,3 +202,24 @@ def test_the_kept_gates_candidates_compute_the_shipped_values(tmp_path):
     partner = wy._wy_states(q, k, v, g, b, w, kept["A"], p)
     for name in ("AE", "AZ", "KG", "GN"):
         torch.testing.assert_close(partner[name], shipped[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_the_scan_by_descriptors_writes_the_shipped_output(tmp_path, dtype):
+    """tma_loads against the shipped scan, in the interpreter: two packed sequences whose second ends in a tail (the
+    descriptor's bound at the sequence's end must zero the rows past it, as the masks do), the output bit for bit,
+    and the states the backward's scan launch keeps too (the same kernel, STORE_STATES)."""
+    base = ablation.load_variant("baseline", tmp_path, ablation.SCAN_VARIANTS)
+    tma = ablation.load_variant("tma_loads", tmp_path, ablation.SCAN_VARIANTS)
+    ablation.descriptor_allocator("cpu")
+    q, k, v, g, b, w = chunk_kernels.baseline_inputs(1, 300, 2, K=32, V=32, dtype=dtype, device="cpu")
+    cu = torch.tensor([0, 100, 300], dtype=torch.int32)
+    p = base._plan(q, k, v, g, b, w, None, None, cu)
+    f = base._forward_states(q, k, v, g, b, w, None, False, p, o=torch.empty_like(v), store_states=False)
+    assert torch.equal(f["o"], chunk_kernels.chunk_gdn2_fwd(q, k, v, g, b, w, cu_seqlens=cu)[0])
+    o = torch.empty_like(v)
+    tma._scan_states(f, None, False, p, o=o, store_states=False)
+    assert torch.equal(o, f["o"])
+    kept, kept_tma = (m._scan_states(f, None, True, p) for m in (base, tma))
+    for name in ("h", "R", "ht"):
+        assert torch.equal(kept[name], kept_tma[name]), name

@@ -1,6 +1,7 @@
 """Where the intra kernel's time goes: the default path's intra launch (mode 1) timed with parts of its work cut
 out of the kernel's source, or with other pipeline stages or warps, or done another way, on a GPU; JSON with
-provenance. With ``--launch wy``, the same for the WY launch (WY_VARIANTS).
+provenance. With ``--launch wy``, the same for the WY launch (WY_VARIANTS); with ``--launch scan``, for the
+forward's scan launch, the one that writes the output (SCAN_VARIANTS).
 
     python tools/gpu_intra_ablation.py --out results/h200_intra_ablation.json [--commit SHA]
         [--shapes 1x8192x16,2x8192x16] [--variants baseline,no_inverse,...] [--rounds 3] [--launch intra]
@@ -27,6 +28,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+import triton
 
 from gdn2edu import chunk_kernels
 from gdn2edu.bench import gpu_record, measure_ms, parse_shapes
@@ -249,7 +251,8 @@ VARIANTS = {
     "stages_4": ("four pipeline stages", [], {"num_stages": 4}),
     "warps_2": ("two warps", [], {"num_warps": 2}),
     "chunks_first": ("the programs in the order before: a head's chunks neighbouring (the same values)",
-                     _CHUNKS_FIRST, {}),    "gates_kept": ("the gates formed once: each row stores its G and Q_g, the later rows read G back (a candidate: "
+                     _CHUNKS_FIRST, {}),
+    "gates_kept": ("the gates formed once: each row stores its G and Q_g, the later rows read G back (a candidate: "
                    "same A and Aqk up to rounding, G and Q_g for the WY launch)", _GATES_KEPT_EDITS, {}),
     "gates_kept_g_only": ("gates_kept without the stores of Q_g (G kept and read back)", _GATES_ONLY_EDITS, {}),
     "gates_kept_no_barrier": ("gates_kept without the barriers after its rows (a timing: G may be read early)",
@@ -290,10 +293,41 @@ WY_VARIANTS = {
     "no_az": ("AZ cut: v and w not read, AZ not formed or stored",
               [("    if STORE_AZ:                            # only the scan reads AZ", "    if STORE_AZ and K < 0:")], {}),
     "chunks_first": ("the programs in the order before: a head's chunks neighbouring (the same values)",
-                     _WY_CHUNKS_FIRST, {}),    "reads_kept_gates": ("gates_kept's partner: G read as the intra launch kept it instead of summed from g, no Q_g "
+                     _WY_CHUNKS_FIRST, {}),
+    "reads_kept_gates": ("gates_kept's partner: G read as the intra launch kept it instead of summed from g, no Q_g "
                          "(a candidate: the same AE, kg and gamma_n up to rounding)", _WY_READS_KEPT_GATES, {}),
 }
-LAUNCHES = {"intra": VARIANTS, "wy": WY_VARIANTS}
+
+# The scan's variants (--launch scan), each timed on the forward's scan launch, the one that writes the output. The
+# candidate loads its five tiles a chunk through tensor descriptors, which Triton lowers to the Hopper's tensor
+# memory accelerator (TMA): one thread issues a tile's copy, and the rows past the sequence's end (the
+# descriptor's bound) arrive as zeros, as the masked loads give them. The counters found the scan's warps waiting
+# on their own synchronisation more than on memory ("What the counters say", Chapter 11).
+_SCAN_DESCRIPTORS = (
+    "    b_gn = tl.load(GN + (c0 * H + i_h) * K + o_k, mask=o_k < K, other=0.0)\n",
+    "    b_gn = tl.load(GN + (c0 * H + i_h) * K + o_k, mask=o_k < K, other=0.0)\n"
+    "    row_end = (bos + T).to(tl.int32)        # the sequence's end: the descriptors zero-fill rows past it\n"
+    "    d_AE = tl.make_tensor_descriptor(AE + i_h * K, [row_end, K], [H * K, 1], [BT, BK])\n"
+    "    d_KG = tl.make_tensor_descriptor(KG + i_h * K, [row_end, K], [H * K, 1], [BT, BK])\n"
+    "    d_AZ = tl.make_tensor_descriptor(AZ + i_h * V, [row_end, V], [H * V, 1], [BT, BV])\n"
+    "    if WRITE_OUTPUT:\n"
+    "        d_QG = tl.make_tensor_descriptor(QG + i_h * K, [row_end, K], [H * K, 1], [BT, BK])\n"
+    "        d_Aqk = tl.make_tensor_descriptor(Aqk + i_h * BT, [row_end, BT], [H * BT, 1], [BT, BT])\n")
+_SCAN_TMA_EDITS = [
+    _SCAN_DESCRIPTORS,
+    ("        b_AE = _load_tile(AE + r_qk, 0, 0, n_t, K, H * K, BT, BK)\n",
+     "        row = (bos + i_t * BT).to(tl.int32)\n        b_AE = d_AE.load([row, 0])\n"),
+    ("_load(AZ + r_vw, 0, i_v * BV, n_t, V, H * V, BT, BV) - tl.dot(",
+     "d_AZ.load([row, i_v * BV]).to(tl.float32) - tl.dot("),
+    ("b_QG = _load_tile(QG + r_qk, 0, 0, n_t, K, H * K, BT, BK)", "b_QG = d_QG.load([row, 0])"),
+    ("b_Aqk = _load_tile(Aqk + r_a, 0, 0, n_t, BT, H * BT, BT, BT)", "b_Aqk = d_Aqk.load([row, 0])"),
+    ("b_kg = _load_tile(KG + r_qk, 0, 0, n_t, K, H * K, BT, BK)", "b_kg = d_KG.load([row, 0])")]
+SCAN_VARIANTS = {
+    "baseline": ("the shipped kernel and tiles", [], {}),
+    "tma_loads": ("the five tiles of a chunk loaded through tensor descriptors (TMA), rows past the sequence's end "
+                  "zero-filled by the descriptor's bound (a candidate: the same values)", _SCAN_TMA_EDITS, {}),
+}
+LAUNCHES = {"intra": VARIANTS, "wy": WY_VARIANTS, "scan": SCAN_VARIANTS}
 
 
 def variant_source(name, source=None, variants=VARIANTS):
@@ -362,6 +396,39 @@ def time_wy(module, B, T, H, device):
     return measure_ms(lambda: module._wy_states(q, k, v, g, b, w, A, p), warmup=50, rep=300)
 
 
+def descriptor_allocator(device):
+    """Set Triton's allocator for the scratch memory of tensor descriptors made inside kernels (tma_loads) to
+    torch tensors on ``device``."""
+    triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=device))
+
+
+def scan_inputs(module, B, T, H, device):
+    """The plan and a forward's intermediates at (B, T, H) for the scan launch (the dict of _forward_states, its
+    output in "o")."""
+    q, k, v, g, b, w = module.baseline_inputs(B, T, H, device=device)
+    p = module._plan(q, k, v, g, b, w, None, None, None)
+    return p, module._forward_states(q, k, v, g, b, w, None, False, p, o=torch.empty_like(v), store_states=False)
+
+
+def scan_output(module, B, T, H, device):
+    """The output o [B, T, H, V] of the module's forward at (B, T, H), its scan launched on the module's own
+    intermediates: what a scan variant is checked by against the baseline's."""
+    descriptor_allocator(device)
+    return scan_inputs(module, B, T, H, device)[1]["o"]
+
+
+def time_scan(module, B, T, H, device):
+    """Median ms of the forward's scan launch (the one that writes the output) at (B, T, H), on a forward's
+    intermediates."""
+    descriptor_allocator(device)
+    p, f = scan_inputs(module, B, T, H, device)
+    return measure_ms(lambda: module._scan_states(f, None, False, p, o=f["o"], store_states=False), warmup=50,
+                      rep=300)
+
+
+TIMERS = {"intra": time_intra, "wy": time_wy, "scan": time_scan}
+
+
 def parse_variants(text, variants=VARIANTS):
     """"baseline,no_inverse" -> ["baseline", "no_inverse"], each a name of ``variants``, or an argparse error."""
     names = [name for name in text.split(",") if name]
@@ -377,7 +444,8 @@ def main(argv=None):
     p.add_argument("--commit", default=None)
     p.add_argument("--shapes", type=parse_shapes, default=((1, 8192, 16), (2, 8192, 16)))
     p.add_argument("--launch", choices=sorted(LAUNCHES), default="intra",
-                   help="the launch to time: the intra kernel's (VARIANTS) or the WY kernel's (WY_VARIANTS)")
+                   help="the launch to time: the intra kernel's (VARIANTS), the WY kernel's (WY_VARIANTS) or the "
+                        "scan's that writes the output (SCAN_VARIANTS)")
     p.add_argument("--variants", default=None,
                    help="comma-separated names of the launch's variants (default: all of them)")
     p.add_argument("--rounds", type=int, default=3, help="times each variant is timed, the variants in turn")
@@ -391,8 +459,8 @@ def main(argv=None):
         p.error(f"--variants: {err}")
     for name in names:
         variant_source(name, variants=variants)           # every edit applies, before any compiling
-    timed = time_intra if args.launch == "intra" else time_wy
-    launch = dict(mode=1) if args.launch == "intra" else dict(launch="wy")
+    timed = TIMERS[args.launch]
+    launch = dict(mode=1) if args.launch == "intra" else dict(launch=args.launch)
     result = gpu_record("gpu_intra_ablation.py", args.commit, argv, dtype="bf16", K=128, V=128, **launch,
                         shapes=[list(s) for s in args.shapes], rounds=args.rounds, complete=False, variants={})
     shapes = {"x".join(map(str, s)): s for s in args.shapes}
@@ -406,7 +474,15 @@ def main(argv=None):
         for name, module in modules.items():
             for s in args.shapes:
                 timed(module, *s, "cuda")                 # compile (and warm) every variant before any round
-            tiles = {"intra_tiles": module.INTRA_TILES} if args.launch == "intra" else {"wy_tiles": module.WY_TILES}
+        if args.launch == "scan":           # the candidate's output, bit for bit the baseline's, on this GPU
+            reference = modules.get("baseline") or load_variant("baseline", folder, variants)
+            result["same_output_as_baseline"] = {
+                name: {key: bool(torch.equal(scan_output(module, *s, "cuda"), scan_output(reference, *s, "cuda")))
+                       for key, s in shapes.items()} for name, module in modules.items()}
+        for name, module in modules.items():
+            tiles = {"intra": {"intra_tiles": module.INTRA_TILES}, "wy": {"wy_tiles": module.WY_TILES},
+                     "scan": {"scan_tiles": module.SCAN_TILES,
+                              "fused_scan_stages": module.FUSED_SCAN_STAGES}}[args.launch]
             result["variants"][name] = {"description": variants[name][0], "edits": len(variants[name][1]), **tiles,
                                         "rounds_ms": {s: [] for s in shapes}}
         for round_ in range(args.rounds):
