@@ -224,16 +224,3 @@ def test_the_scan_by_descriptors_writes_the_shipped_output(tmp_path, dtype):
     for name in ("h", "R", "ht"):
         assert torch.equal(kept[name], kept_tma[name]), name
 
-
-def test_the_wy_launch_by_descriptors_writes_the_shipped_values(tmp_path):
-    """The WY kernel's tma candidate against the shipped one, in the interpreter: the same two packed sequences,
-    every output bit for bit (rows past a sequence's end are neither read nor written, by the descriptors' bound)."""
-    base = ablation.load_variant("baseline", tmp_path, ablation.WY_VARIANTS)
-    tma = ablation.load_variant("tma", tmp_path, ablation.WY_VARIANTS)
-    ablation.descriptor_allocator("cpu")
-    q, k, v, g, b, w = chunk_kernels.baseline_inputs(1, 300, 2, K=32, V=32, dtype=torch.float32, device="cpu")
-    p = base._plan(q, k, v, g, b, w, None, None, torch.tensor([0, 100, 300], dtype=torch.int32))
-    A = chunk_kernels._intra_states(q, k, g, b, p)["A"]
-    shipped, candidate = (m._wy_states(q, k, v, g, b, w, A, p) for m in (base, tma))
-    for name in ("AE", "AZ", "KG", "QG", "GN"):
-        assert torch.equal(shipped[name], candidate[name]), name

@@ -280,37 +280,6 @@ _WY_READS_KEPT_GATES = [
      "        b_Gn = tl.load(Gc + p_qk + (tl.minimum(t0 + BT, T) - 1) * H * K + o_kk, mask=o_kk < K, other=0.0)\n"),
     _WY_NO_QG,
     ('out["QG"], out["GN"], out["G"], p.cu', 'out["QG"], out["GN"], _KEPT_G, p.cu')]
-# the WY kernel's loads and stores through tensor descriptors (TMA on Hopper), as tma_loads does for the scan below:
-# the sequence's end as each descriptor's bound, so that rows past it load as zeros and are not written
-_WY_TILE_K = "[row, i_k * BK]"
-_WY_TMA_EDITS = [
-    ("    for i_k in range(tl.cdiv(K, BK)):       # the decay is per key channel",
-     "    row_end, row = (bos + T).to(tl.int32), (bos + t0).to(tl.int32)   # the descriptors' rows: global\n"
-     + "".join(f"    d_{x} = tl.make_tensor_descriptor({x} + i_h * K, [row_end, K], [H * K, 1], [BT, BK])\n"
-               for x in ("g", "k", "b", "q", "AE", "KG", "QG"))
-     + "    for i_k in range(tl.cdiv(K, BK)):       # the decay is per key channel"),
-    ("tl.cumsum(_load(g + p_qk, t0, i_k * BK, T, K, H * K, BT, BK) * 1.4426950408889634",
-     f"tl.cumsum(d_g.load({_WY_TILE_K}).to(tl.float32) * 1.4426950408889634"),
-    ("b_k = _load(k + p_qk, t0, i_k * BK, T, K, H * K, BT, BK)", f"b_k = d_k.load({_WY_TILE_K}).to(tl.float32)"),
-    ("_load(b + p_qk, t0, i_k * BK, T, K, H * K, BT, BK) * b_k", f"d_b.load({_WY_TILE_K}).to(tl.float32) * b_k"),
-    ("        p_x, m_x = _tile(AE + p_qk, t0, i_k * BK, T, K, H * K, BT, BK)\n"
-     "        tl.store(p_x, tl.dot(b_A, b_E, input_precision=DOT), mask=m_x)\n",
-     f"        d_AE.store({_WY_TILE_K}, tl.dot(b_A, b_E, input_precision=DOT).to(AE.dtype.element_ty))\n"),
-    ("        p_x, m_x = _tile(KG + p_qk, t0, i_k * BK, T, K, H * K, BT, BK)\n"
-     "        tl.store(p_x, b_k * tl.exp2(b_Gn[None, :] - b_G), mask=m_x)\n",
-     f"        d_KG.store({_WY_TILE_K}, (b_k * tl.exp2(b_Gn[None, :] - b_G)).to(KG.dtype.element_ty))\n"),
-    ("        p_x, m_x = _tile(QG + p_qk, t0, i_k * BK, T, K, H * K, BT, BK)\n"
-     "        tl.store(p_x, _load(q + p_qk, t0, i_k * BK, T, K, H * K, BT, BK) * (scale * tl.exp2(b_G)), mask=m_x)\n",
-     f"        d_QG.store({_WY_TILE_K}, (d_q.load({_WY_TILE_K}).to(tl.float32) * (scale * tl.exp2(b_G)))"
-     ".to(QG.dtype.element_ty))\n"),
-    ("            b_Z = _load(v + p_vw, t0, i_v * BV, T, V, H * V, BT, BV) * _load(w + p_vw, t0, i_v * BV, T, V, H * V,\n"
-     "                                                                             BT, BV)\n"
-     "            p_x, m_x = _tile(AZ + p_vw, t0, i_v * BV, T, V, H * V, BT, BV)\n"
-     "            tl.store(p_x, tl.dot(b_A, b_Z, input_precision=DOT), mask=m_x)\n",
-     "".join(f"            d_{x} = tl.make_tensor_descriptor({x} + i_h * V, [row_end, V], [H * V, 1], [BT, BV])\n"
-               for x in ("v", "w", "AZ")) +
-     "            b_Z = d_v.load([row, i_v * BV]).to(tl.float32) * d_w.load([row, i_v * BV]).to(tl.float32)\n"
-     "            d_AZ.store([row, i_v * BV], tl.dot(b_A, b_Z, input_precision=DOT).to(AZ.dtype.element_ty))\n")]
 WY_VARIANTS = {
     "baseline": ("the shipped kernel and tiles", [], {}),
     "products_16bit": ("A, E and Z rounded to the store type before their products (16-bit tensor-core products, "
@@ -325,8 +294,6 @@ WY_VARIANTS = {
               [("    if STORE_AZ:                            # only the scan reads AZ", "    if STORE_AZ and K < 0:")], {}),
     "chunks_first": ("the programs in the order before: a head's chunks neighbouring (the same values)",
                      _WY_CHUNKS_FIRST, {}),
-    "tma": ("the loads and stores of the key and value blocks through tensor descriptors (TMA), rows past the "
-            "sequence's end zero-filled and not written (a candidate: the same values)", _WY_TMA_EDITS, {}),
     "reads_kept_gates": ("gates_kept's partner: G read as the intra launch kept it instead of summed from g, no Q_g "
                          "(a candidate: the same AE, kg and gamma_n up to rounding)", _WY_READS_KEPT_GATES, {}),
 }
@@ -426,7 +393,6 @@ def time_wy(module, B, T, H, device):
     p = module._plan(q, k, v, g, b, w, None, None, None)
     A = module._intra_states(q, k, g, b, p)["A"]
     module._KEPT_G = chunk_kernels._wy_states(q, k, v, g, b, w, A, p, store_G=True)["G"]  # read by reads_kept_gates
-    descriptor_allocator(device)                          # for tma
     return measure_ms(lambda: module._wy_states(q, k, v, g, b, w, A, p), warmup=50, rep=300)
 
 
@@ -435,7 +401,6 @@ def wy_outputs(module, B, T, H, device):
     gamma_n), on A from the package's intra launches: what a WY variant with the same values is checked by."""
     q, k, v, g, b, w = module.baseline_inputs(B, T, H, device=device)
     p = module._plan(q, k, v, g, b, w, None, None, None)
-    descriptor_allocator(device)
     out = module._wy_states(q, k, v, g, b, w, chunk_kernels._intra_states(q, k, g, b, p)["A"], p)
     return torch.cat([out[name].flatten().float() for name in ("AE", "AZ", "KG", "QG", "GN")])
 
