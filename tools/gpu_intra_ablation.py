@@ -326,6 +326,12 @@ SCAN_VARIANTS = {
     "baseline": ("the shipped kernel and tiles", [], {}),
     "tma_loads": ("the five tiles of a chunk loaded through tensor descriptors (TMA), rows past the sequence's end "
                   "zero-filled by the descriptor's bound (a candidate: the same values)", _SCAN_TMA_EDITS, {}),
+    # two stages take about half the shared memory of three (this machine's Triton: 123 KiB against 182 KiB at
+    # K = V = 128), enough to leave a WY block room beside the scan (gpu_scan_concurrency.py)
+    "tma_loads_2_stages": ("tma_loads with two pipeline stages instead of three",
+                           _SCAN_TMA_EDITS + [("\nFUSED_SCAN_STAGES = 3\n", "\nFUSED_SCAN_STAGES = 2\n")], {}),
+    "stages_2": ("the shipped scan with two pipeline stages instead of three",
+                 [("\nFUSED_SCAN_STAGES = 3\n", "\nFUSED_SCAN_STAGES = 2\n")], {}),
 }
 LAUNCHES = {"intra": VARIANTS, "wy": WY_VARIANTS, "scan": SCAN_VARIANTS}
 
