@@ -392,22 +392,26 @@ def time_intra(module, B, T, H, device):
     return measure_ms(lambda: module._launch_intra(q, k, g, b, A, Aqk, flags, p, 1), warmup=50, rep=300)
 
 
-def time_wy(module, B, T, H, device):
-    """Median ms of the WY launch at (B, T, H), on A from the intra launches: what fused_wy would save, and what
-    --launch wy times."""
+def wy_launch(module, B, T, H, device):
+    """The module's WY launch at (B, T, H) as a function of no arguments returning its outputs, on A from the intra
+    launches; sets the module's _KEPT_G, which reads_kept_gates reads, for these inputs."""
     q, k, v, g, b, w = module.baseline_inputs(B, T, H, device=device)
     p = module._plan(q, k, v, g, b, w, None, None, None)
     A = module._intra_states(q, k, g, b, p)["A"]
-    module._KEPT_G = chunk_kernels._wy_states(q, k, v, g, b, w, A, p, store_G=True)["G"]  # read by reads_kept_gates
-    return measure_ms(lambda: module._wy_states(q, k, v, g, b, w, A, p), warmup=50, rep=300)
+    module._KEPT_G = chunk_kernels._wy_states(q, k, v, g, b, w, A, p, store_G=True)["G"]
+    return lambda: module._wy_states(q, k, v, g, b, w, A, p)
+
+
+def time_wy(module, B, T, H, device):
+    """Median ms of the WY launch at (B, T, H), on A from the intra launches: what fused_wy would save, and what
+    --launch wy times."""
+    return measure_ms(wy_launch(module, B, T, H, device), warmup=50, rep=300)
 
 
 def wy_outputs(module, B, T, H, device):
     """The WY launch's outputs at (B, T, H) as one tensor (AE, AZ, KG, QG flattened and cast to float32, then
-    gamma_n), on A from the package's intra launches: what a WY variant with the same values is checked by."""
-    q, k, v, g, b, w = module.baseline_inputs(B, T, H, device=device)
-    p = module._plan(q, k, v, g, b, w, None, None, None)
-    out = module._wy_states(q, k, v, g, b, w, chunk_kernels._intra_states(q, k, g, b, p)["A"], p)
+    gamma_n): what a WY variant with the same values is checked by."""
+    out = wy_launch(module, B, T, H, device)()
     return torch.cat([out[name].flatten().float() for name in ("AE", "AZ", "KG", "QG", "GN")])
 
 
@@ -419,7 +423,8 @@ def descriptor_allocator(device):
 
 def scan_inputs(module, B, T, H, device):
     """The plan and a forward's intermediates at (B, T, H) for the scan launch (the dict of _forward_states, its
-    output in "o")."""
+    output in "o"), with the descriptors' allocator set for ``device``."""
+    descriptor_allocator(device)
     q, k, v, g, b, w = module.baseline_inputs(B, T, H, device=device)
     p = module._plan(q, k, v, g, b, w, None, None, None)
     return p, module._forward_states(q, k, v, g, b, w, None, False, p, o=torch.empty_like(v), store_states=False)
@@ -428,14 +433,12 @@ def scan_inputs(module, B, T, H, device):
 def scan_output(module, B, T, H, device):
     """The output o [B, T, H, V] of the module's forward at (B, T, H), its scan launched on the module's own
     intermediates: what a scan variant is checked by against the baseline's."""
-    descriptor_allocator(device)
     return scan_inputs(module, B, T, H, device)[1]["o"]
 
 
 def time_scan(module, B, T, H, device):
     """Median ms of the forward's scan launch (the one that writes the output) at (B, T, H), on a forward's
     intermediates."""
-    descriptor_allocator(device)
     p, f = scan_inputs(module, B, T, H, device)
     return measure_ms(lambda: module._scan_states(f, None, False, p, o=f["o"], store_states=False), warmup=50,
                       rep=300)

@@ -32,7 +32,6 @@ from gdn2edu import chunk_kernels as ck
 from gdn2edu.bench import _int_list, gpu_record, measure_ms, parse_shapes
 from gpu_scan_overlap import _side_stream
 
-ALONE = ("intra", "wy", "scan")
 # run name -> (launches on the main stream, in order; whether the scan runs beside them on a side stream)
 RUNS = {"intra": (("intra",), False), "wy": (("wy",), False), "scan": (("scan",), False),
         "one_stream": (("intra", "wy", "scan"), False), "wy|scan": (("wy",), True),
