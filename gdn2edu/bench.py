@@ -538,6 +538,10 @@ def plan_benchmark(args, result):
                                                           and not args.fp32_intermediates),
                           "fuse_output": chunk_kernels.FUSE_OUTPUT,
                           "fused_scan_stages": chunk_kernels.FUSED_SCAN_STAGES,
+                          # whether the scans took their tiles by tensor descriptor at K, V in this dtype
+                          "scan_by_descriptor": chunk_kernels._scan_by_descriptor(
+                              chunk_kernels._plan(*baseline_inputs(1, 64, 1, K, V, dtype=dtype, device=device),
+                                                  None, None, None), torch.device(device)),
                           "tiles": {**{name: dict(getattr(chunk_kernels, name)) for name in FORWARD_TILE_TABLES},
                                     **{name: dict(table) for name, table in BACKWARD_TILE_TABLES.items()}}}
     cache = {}

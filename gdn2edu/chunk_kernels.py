@@ -4,6 +4,7 @@
 """The chunked GDN2 forward in Triton: intra-chunk and WY kernels parallel over chunks, a state scan, the outputs."""
 
 import contextlib
+import contextvars
 import functools
 import os
 from typing import NamedTuple
@@ -365,14 +366,28 @@ def _load_tile(base, row0, col0, n_rows, n_cols, stride, BR: tl.constexpr, BCOL:
 
 
 @triton.jit
+def _chunk_tile(d_x, base, row, col, n_rows, n_cols, stride, BR: tl.constexpr, BCOL: tl.constexpr,
+                BY_DESCRIPTOR: tl.constexpr):
+    """A chunk's [BR, BCOL] tile from column ``col``, in its stored dtype: BY_DESCRIPTOR, through the tensor
+    descriptor d_x at row ``row`` (rows past its bound arrive as zeros); else masked loads from ``base``, the
+    chunk's first row, with n_rows rows left."""
+    if BY_DESCRIPTOR:
+        x = d_x.load([row, col])
+    else:
+        x = _load_tile(base, 0, col, n_rows, n_cols, stride, BR, BCOL)
+    return x
+
+
+@triton.jit
 def chunk_gdn2_fwd_scan_kernel(AE, AZ, KG, GN, h, R, h0, ht, QG, Aqk, o, cu_seqlens, chunk_offsets,
                                H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                                BK: tl.constexpr, BV: tl.constexpr, USE_INITIAL_STATE: tl.constexpr,
                                STORE_FINAL_STATE: tl.constexpr, STORE_STATES: tl.constexpr,
-                               WRITE_OUTPUT: tl.constexpr, DOT: tl.constexpr):
+                               WRITE_OUTPUT: tl.constexpr, DOT: tl.constexpr, BY_DESCRIPTOR: tl.constexpr):
     """One (sequence, head, value block): S <- Diag(gamma_n) S + kg^T (AZ - (AE) S) over the chunks; with
     STORE_STATES it writes each chunk's entering state h [chunks, H, K, V] and corrections R [T, H, V], with
-    WRITE_OUTPUT each chunk's output O = Q_g h + Aqk R into o [T, H, V] (h and R as rounded for storage)."""
+    WRITE_OUTPUT each chunk's output O = Q_g h + Aqk R into o [T, H, V] (h and R as rounded for storage).
+    BY_DESCRIPTOR: AE, AZ, KG, QG and Aqk arrive through tensor descriptors (needs rows of 16-byte multiples)."""
     i_v, i_nh = tl.program_id(0), tl.program_id(1).to(tl.int64)      # 64-bit: i_nh * K * V may pass 2^31
     i_n, i_h = i_nh // H, i_nh % H
     bos, eos = tl.load(cu_seqlens + i_n).to(tl.int64), tl.load(cu_seqlens + i_n + 1)
@@ -387,8 +402,20 @@ def chunk_gdn2_fwd_scan_kernel(AE, AZ, KG, GN, h, R, h0, ht, QG, Aqk, o, cu_seql
     # against the n_t rows left) in 32 bits: offsets within a sequence pass 2^31 in long ones, within a chunk never
     r_qk, r_vw, r_a = (bos * H + i_h) * K, (bos * H + i_h) * V, (bos * H + i_h) * BT
     b_gn = tl.load(GN + (c0 * H + i_h) * K + o_k, mask=o_k < K, other=0.0)
+    if BY_DESCRIPTOR:      # made once a program; the row bound, the sequence's end, zero-fills the last chunk's tail
+        d_AE = tl.make_tensor_descriptor(AE + i_h * K, [eos, K], [H * K, 1], [BT, BK])
+        d_KG = tl.make_tensor_descriptor(KG + i_h * K, [eos, K], [H * K, 1], [BT, BK])
+        d_AZ = tl.make_tensor_descriptor(AZ + i_h * V, [eos, V], [H * V, 1], [BT, BV])
+        if WRITE_OUTPUT:
+            d_QG = tl.make_tensor_descriptor(QG + i_h * K, [eos, K], [H * K, 1], [BT, BK])
+            d_Aqk = tl.make_tensor_descriptor(Aqk + i_h * BT, [eos, BT], [H * BT, 1], [BT, BT])
+        else:
+            d_QG, d_Aqk = QG, Aqk
+    else:                      # not read: the pointers stand in
+        d_AE, d_KG, d_AZ, d_QG, d_Aqk = AE, KG, AZ, QG, Aqk
     for i_t in range(NT):
         n_t = T - i_t * BT
+        row = (bos + i_t * BT).to(tl.int32)                          # the chunk's first row, for the descriptors
         # gamma_n of the next chunk (of the last one again at the end), issued a step ahead: the update at the
         # end of this step need not wait for its load
         i_next = tl.minimum(i_t + 1, NT - 1)
@@ -398,20 +425,22 @@ def chunk_gdn2_fwd_scan_kernel(AE, AZ, KG, GN, h, R, h0, ht, QG, Aqk, o, cu_seql
             p_h, m_h = _tile(h + ((c0 + i_t) * H + i_h) * K * V, 0, i_v * BV, K, V, V, BK, BV)
             tl.store(p_h, b_Sq, mask=m_h)
         # R = AZ - (AE) S: the corrections against the state entering the chunk
-        b_AE = _load_tile(AE + r_qk, 0, 0, n_t, K, H * K, BT, BK)
-        b_R = _load(AZ + r_vw, 0, i_v * BV, n_t, V, H * V, BT, BV) - tl.dot(b_AE, b_Sq, input_precision=DOT)
+        b_AE = _chunk_tile(d_AE, AE + r_qk, row, 0, n_t, K, H * K, BT, BK, BY_DESCRIPTOR)
+        b_AZ = _chunk_tile(d_AZ, AZ + r_vw, row, i_v * BV, n_t, V, H * V, BT, BV, BY_DESCRIPTOR)
+        b_R = b_AZ.to(tl.float32) - tl.dot(b_AE, b_Sq, input_precision=DOT)
         b_Rq = b_R.to(KG.dtype.element_ty)                         # R as the products (and R's store) take it
         if STORE_STATES:
             p_r, m_r = _tile(R + r_vw, 0, i_v * BV, n_t, V, H * V, BT, BV)
             tl.store(p_r, b_Rq, mask=m_r)
         if WRITE_OUTPUT:                                            # O = Q_g h + Aqk R, off the state's path
-            b_QG = _load_tile(QG + r_qk, 0, 0, n_t, K, H * K, BT, BK)
-            b_Aqk = _load_tile(Aqk + r_a, 0, 0, n_t, BT, H * BT, BT, BT)   # zero above the diagonal as stored
+            b_QG = _chunk_tile(d_QG, QG + r_qk, row, 0, n_t, K, H * K, BT, BK, BY_DESCRIPTOR)
+            # zero above the diagonal as stored
+            b_Aqk = _chunk_tile(d_Aqk, Aqk + r_a, row, 0, n_t, BT, H * BT, BT, BT, BY_DESCRIPTOR)
             b_O = tl.dot(b_QG, b_Sq, input_precision=DOT) + tl.dot(b_Aqk.to(b_Rq.dtype), b_Rq, input_precision=DOT)
             p_o, m_o = _tile(o + r_vw, 0, i_v * BV, n_t, V, H * V, BT, BV)
             tl.store(p_o, b_O.to(p_o.dtype.element_ty), mask=m_o)
         # S <- Diag(gamma_n) S + kg^T R
-        b_kg = _load_tile(KG + r_qk, 0, 0, n_t, K, H * K, BT, BK)
+        b_kg = _chunk_tile(d_KG, KG + r_qk, row, 0, n_t, K, H * K, BT, BK, BY_DESCRIPTOR)
         b_S = b_S * b_gn[:, None] + tl.dot(tl.trans(b_kg), b_Rq, input_precision=DOT)
         b_gn = b_gn_next
         r_qk, r_vw, r_a = r_qk + BT * H * K, r_vw + BT * H * V, r_a + BT * H * BT
@@ -486,6 +515,10 @@ FUSE_OUTPUT = True
 # The stages of that scan: the most that fit a Hopper block at each value block the scan picks (five 16-bit
 # tiles a stage: at BV = 64, three take 208 KiB of 227; tools/hopper_compile_check.py --aligned)
 FUSED_SCAN_STAGES = 3
+# The scan's five tiles a chunk through tensor descriptors (the Hopper's tensor memory accelerator, TMA) wherever
+# they are valid (_scan_by_descriptor): the same values, one thread issuing each tile's copy; False: masked loads
+# everywhere. Chapter 11's section "Routes for the forward, and one that pays" times both.
+SCAN_BY_DESCRIPTOR = True
 # The input_precision of every product with float32 inputs (16-bit inputs take "tf32", their tensor-core
 # products): "ieee" multiplies in float32 on the CUDA cores; "tf32x3" sums three TF32 tensor-core products of
 # the operands' high and low parts, close to float32; "tf32" takes one, its operands rounded to a 10-bit
@@ -628,6 +661,41 @@ def _fused_scan_stages(shared_memory):
     return FUSED_SCAN_STAGES - (shared_memory is not None and shared_memory < FLOAT32_SHARED_MEMORY)
 
 
+@functools.lru_cache(maxsize=None)
+def _device_capability(index):
+    """(major, minor) compute capability of GPU ``index``, asked once, as _device_shared_memory."""
+    return torch.cuda.get_device_capability(index)
+
+
+def _has_descriptors(device):
+    """Whether kernels on ``device`` can load through tensor descriptors: a GPU of compute capability 9 or
+    more (Hopper's TMA) and a Triton that makes descriptors inside kernels."""
+    if device.type != "cuda" or not hasattr(tl, "make_tensor_descriptor"):
+        return False
+    return _device_capability(device.index if device.index is not None else torch.cuda.current_device())[0] >= 9
+
+
+def _scan_by_descriptor(p, device):
+    """Whether the scan on plan p takes its tiles through tensor descriptors: SCAN_BY_DESCRIPTOR, a device with
+    them, and rows of p.store whose K and V columns are multiples of 16 bytes, as a descriptor's strides and
+    each head's base must be (K = 60 or 100 in 16 bits are not: masked loads)."""
+    width = p.store.itemsize
+    return SCAN_BY_DESCRIPTOR and p.K * width % 16 == 0 and p.V * width % 16 == 0 and _has_descriptors(device)
+
+
+def _with_descriptor_scratch(launch, device):
+    """Call ``launch`` with Triton's allocator set to torch tensors on ``device``: a kernel that makes tensor
+    descriptors needs global scratch memory for them. Set in a copy of the caller's context, so that the
+    allocator a caller set (or none) is theirs again afterwards."""
+    def scratch(size, alignment, stream):
+        return torch.empty(size, dtype=torch.int8, device=device)
+
+    def with_allocator():
+        triton.set_allocator(scratch)
+        launch()
+    contextvars.copy_context().run(with_allocator)
+
+
 def _check_shared_memory(q):
     """Refuse float32 inputs on a GPU whose blocks have less shared memory than their tiles need."""
     if q.is_cuda and q.dtype == torch.float32:
@@ -738,13 +806,19 @@ def _scan_states(f, initial_state, output_final_state, p: _Plan, o=None, store_s
     ht = torch.empty(p.N, H, K, V, dtype=torch.float32, device=device) if output_final_state else None
     QG, Aqk = (f["QG"], f["Aqk"]) if o is not None else (None, None)
     stages = SCAN_TILES["num_stages"] if o is None else _fused_scan_stages(_shared_memory(device))
-    chunk_gdn2_fwd_scan_kernel[(triton.cdiv(V, BV), p.N * H)](
+    by_descriptor = _scan_by_descriptor(p, device)
+    launch = functools.partial(
+        chunk_gdn2_fwd_scan_kernel[(triton.cdiv(V, BV), p.N * H)],
         f["AE"], f["AZ"], f["KG"], f["GN"], h, R, h0, ht, QG, Aqk, o, p.cu, p.chunk_offsets, H=H, K=K, V=V,
         BT=64, BK=BK, BV=BV, USE_INITIAL_STATE=h0 is not None, STORE_FINAL_STATE=ht is not None,
-        STORE_STATES=store_states, WRITE_OUTPUT=o is not None, DOT=p.DOT,
+        STORE_STATES=store_states, WRITE_OUTPUT=o is not None, DOT=p.DOT, BY_DESCRIPTOR=by_descriptor,
         num_warps=SCAN_TILES["num_warps"] if BK > 64 else 4,
         num_stages=stages if p.store != torch.float32 and K <= 128 else 1)  # else they fill shared memory:
     # float32 tiles, or K = 256, where Triton 3.6 asked 288 KiB of an H200's 227 for four stages
+    if by_descriptor:
+        _with_descriptor_scratch(launch, device)
+    else:
+        launch()
     return dict(h=h, R=R, ht=ht, o=o)
 
 

@@ -277,3 +277,52 @@ def test_intra_kernel_writes_aqk_whole():
     assert torch.isfinite(Aqk).all()                          # every row of every chunk written
     assert (Aqk[0][above[:, None, :].expand(-1, 2, -1)] == 0).all()
     assert (Aqk[0][~above[:, None, :].expand(-1, 2, -1)] != 0).any()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("recompute_states", [False, True])
+def test_the_scan_by_descriptors_changes_no_value(monkeypatch, dtype, recompute_states):
+    """SCAN_BY_DESCRIPTOR, made to apply on the CPU (the interpreter makes descriptors; _has_descriptors says no
+    GPU here): the output, final state and gradients are bit for bit those of masked loads, for packed sequences
+    whose last chunks end in tails (the descriptors' row bound at each sequence's end must zero the rows past
+    it, as the masks do), with an initial state; with recompute_states the backward's scan launch (states, no
+    output) takes descriptors too. Each call's caller keeps its own Triton allocator."""
+    import triton.runtime._allocation as allocation
+
+    from gdn2edu.chunk_backward_kernels import chunk_gdn2 as chunk_gdn2_autograd
+    x = [t.to(dtype) if i != 3 else t.float() for i, t in enumerate(make_inputs(1, 190, 2, 32, 16, seed=4))]
+    cu, S0 = torch.tensor([0, 5, 70, 190]), torch.randn(3, 2, 32, 16)
+    launches = []
+    scratch = chunk_kernels._with_descriptor_scratch
+    monkeypatch.setattr(chunk_kernels, "_has_descriptors", lambda device: True)
+    monkeypatch.setattr(chunk_kernels, "_with_descriptor_scratch",
+                        lambda launch, device: launches.append(device) or scratch(launch, device))
+    results = {}
+    for by_descriptor in (False, True):
+        monkeypatch.setattr(chunk_kernels, "SCAN_BY_DESCRIPTOR", by_descriptor)
+        o, S = chunk_gdn2(*x, initial_state=S0, output_final_state=True, cu_seqlens=cu)
+        leaves = [t.clone().requires_grad_() for t in x]
+        o_grad, _ = chunk_gdn2_autograd(*leaves, initial_state=S0, cu_seqlens=cu, recompute_states=recompute_states)
+        grads = torch.autograd.grad((o_grad.float() * torch.linspace(-1, 1, o_grad.numel()).view_as(o_grad)).sum(),
+                                    leaves)
+        results[by_descriptor] = (o, S, o_grad, *grads)
+    assert len(launches) == 2 + recompute_states   # the forward, the autograd one, and the backward's recomputation
+    assert all(torch.equal(a, b) for a, b in zip(results[False], results[True]))
+    assert torch.isfinite(results[True][0]).all() and results[True][0].abs().max() > 0.01
+    assert allocation._allocator.get() is allocation._NULL_ALLOCATOR     # the allocator was set in a copy only
+
+
+@pytest.mark.parametrize("dtype, K, V, by_descriptor", [
+    (torch.float16, 64, 128, True), (torch.bfloat16, 128, 128, True), (torch.float32, 60, 100, True),
+    (torch.float16, 60, 64, False), (torch.bfloat16, 64, 100, False)])
+def test_the_scan_takes_descriptors_only_where_rows_are_16_byte_multiples(monkeypatch, dtype, K, V, by_descriptor):
+    """A descriptor's strides and each head's base offset must be multiples of 16 bytes: K and V columns of the
+    stored type. K = 60 or V = 100 in 16 bits are not, and take masked loads; float32 (4 bytes) needs only
+    multiples of 4. Without a device that has descriptors, or with SCAN_BY_DESCRIPTOR off, none does."""
+    x = make_inputs(1, 8, 1, K, V)
+    p = chunk_kernels._plan(*(t.to(dtype) for t in x), None, None, None)
+    assert chunk_kernels._scan_by_descriptor(p, torch.device("cpu")) is False
+    monkeypatch.setattr(chunk_kernels, "_has_descriptors", lambda device: True)
+    assert chunk_kernels._scan_by_descriptor(p, torch.device("cpu")) is by_descriptor
+    monkeypatch.setattr(chunk_kernels, "SCAN_BY_DESCRIPTOR", False)
+    assert chunk_kernels._scan_by_descriptor(p, torch.device("cpu")) is False

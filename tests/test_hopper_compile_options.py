@@ -174,7 +174,8 @@ def test_a_register_cap_on_the_intra_kernel_is_compiled_recorded_and_removed_aft
 def test_the_forward_scan_is_compiled_as_chunk_gdn2_launches_it(root, K):
     """launches() must mirror the host code: the 16-bit forward scan's key block, warps and stages as _scan_states
     passes them (one stage past K = 128), in its three forms (states without the output, both, the output
-    without states), read from a fake kernel that records the launches."""
+    without states), on a GPU without tensor descriptors and on one with them, read from a fake kernel that
+    records the launches."""
     code = ("import os; os.environ['TRITON_INTERPRET'] = '1'\n"
             "import sys; sys.path.insert(0, 'tools'); import torch\n"
             "import hopper_compile_check as h\n"
@@ -189,14 +190,17 @@ def test_the_forward_scan_is_compiled_as_chunk_gdn2_launches_it(root, K):
             "x = [torch.rand(1, 64, 1, K).half() for _ in range(6)]\n"
             "p = ck._plan(*x, None, None, None, False, None)\n"
             "f = dict(AE=x[0], AZ=x[2], KG=x[1], GN=torch.rand(1, 1, K))\n"
-            "ck._scan_states(f, None, False, p)\n"
-            "ck._scan_states(dict(f, QG=x[0], Aqk=x[0]), None, False, p, o=x[2])\n"
-            "ck._scan_states(dict(f, QG=x[0], Aqk=x[0]), None, False, p, o=x[2], store_states=False)\n"
-            "flags = lambda c: (c['STORE_STATES'], c['WRITE_OUTPUT'])\n"
-            "launch = [(c['BK'], *flags(c), w, s) for k, c, w, s, bf16 in h.launches(K, K)\n"
-            "          if k is ck.chunk_gdn2_fwd_scan_kernel and bf16]\n"
+            "ck._with_descriptor_scratch = lambda launch, device: launch()\n"
+            "for descriptors in (False, True):    # a GPU without tensor descriptors, and one with\n"
+            "    ck._has_descriptors = lambda device: descriptors\n"
+            "    ck._scan_states(f, None, False, p)\n"
+            "    ck._scan_states(dict(f, QG=x[0], Aqk=x[0]), None, False, p, o=x[2])\n"
+            "    ck._scan_states(dict(f, QG=x[0], Aqk=x[0]), None, False, p, o=x[2], store_states=False)\n"
+            "flags = lambda c: (c['STORE_STATES'], c['WRITE_OUTPUT'], c['BY_DESCRIPTOR'])\n"
+            "launch = [(c['BK'], *flags(c), w, s) for d in (False, True) for k, c, w, s, bf16 in h.launches(K, K,\n"
+            "          descriptors=d) if k is ck.chunk_gdn2_fwd_scan_kernel and bf16]\n"
             "host = [(kw['BK'], *flags(kw), kw['num_warps'], kw['num_stages']) for kw in seen]\n"
-            "print(launch == host, launch, host)")
+            "print(launch == host and len(host) == 6, launch, host)")
     stdout = run_code(root, code)
     assert stdout.split()[0] == "True", stdout
 
@@ -258,19 +262,23 @@ def test_the_forward_scan_leaves_its_gamma_vector_unpipelined(root):
     """--loop-loads on the 16-bit forward scan (as the backward runs it again, and as the forward runs it with
     the output, with the states and without), its pointers aligned as a launch has them, names the one load its loop does not pipeline and
     its source line: the next chunk's gamma_n vector, K = 128 float32, which the loop issues a step ahead (the
-    tiles that feed its products are asynchronous copies). Without --aligned no 16-bit tile is pipelined."""
+    tiles that feed its products are tensor-descriptor copies on sm_90, which take no alignment hints: without
+    --aligned it is the same there. On sm_80, masked loads without --aligned leave every 16-bit tile unpipelined."""
     result = run_tool(root, "--loop-loads", "--aligned", "--arch", "sm_90", "--dim", "128", "--kernels",
                       "chunk_gdn2_fwd_scan_kernel")
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     bf16 = [line for line in result.stdout.splitlines() if "(bf16," in line]
     assert len(bf16) == 3 and all("WRITE_OUTPUT" in line for line in bf16[1:]), result.stdout
+    assert all("BY_DESCRIPTOR" in line for line in bf16), result.stdout
     for line in bf16:
         left = re.search(r"loads left in loops: 1 \(128xf32 at chunk_kernels\.py:(\d+)\)$", line)
         assert left, line
         source = (root / "gdn2edu" / "chunk_kernels.py").read_text().splitlines()[int(left.group(1)) - 1]
         assert "b_gn_next = tl.load(GN" in source, source
-    unaligned = run_tool(root, "--loop-loads", "--arch", "sm_90", "--dim", "128", "--kernels",
+    unaligned = run_tool(root, "--loop-loads", "--arch", "sm_90,sm_80", "--dim", "128", "--kernels",
                          "chunk_gdn2_fwd_scan_kernel")
     assert unaligned.returncode == 0, unaligned.stdout + unaligned.stderr[-3000:]
     bf16 = [line for line in unaligned.stdout.splitlines() if "(bf16," in line]
-    assert [line.split("loads left in loops: ")[1].split()[0] for line in bf16] == ["4", "6", "6"], unaligned.stdout
+    assert ["BY_DESCRIPTOR" in line for line in bf16] == [True] * 3 + [False] * 3, unaligned.stdout
+    left = [line.split("loads left in loops: ")[1].split()[0] for line in bf16]
+    assert left == ["1", "1", "1", "4", "6", "6"], unaligned.stdout

@@ -28,7 +28,6 @@ import tempfile
 from pathlib import Path
 
 import torch
-import triton
 
 from gdn2edu import chunk_kernels
 from gdn2edu.bench import gpu_record, measure_ms, parse_shapes
@@ -299,39 +298,20 @@ WY_VARIANTS = {
 }
 
 # The scan's variants (--launch scan), each timed on the forward's scan launch, the one that writes the output. The
-# candidate loads its five tiles a chunk through tensor descriptors, which Triton lowers to the Hopper's tensor
-# memory accelerator (TMA): one thread issues a tile's copy, and the rows past the sequence's end (the
-# descriptor's bound) arrive as zeros, as the masked loads give them. The counters found the scan's warps waiting
-# on their own synchronisation more than on memory ("What the counters say", Chapter 11).
-_SCAN_DESCRIPTORS = (
-    "    b_gn = tl.load(GN + (c0 * H + i_h) * K + o_k, mask=o_k < K, other=0.0)\n",
-    "    b_gn = tl.load(GN + (c0 * H + i_h) * K + o_k, mask=o_k < K, other=0.0)\n"
-    "    row_end = (bos + T).to(tl.int32)        # the sequence's end: the descriptors zero-fill rows past it\n"
-    "    d_AE = tl.make_tensor_descriptor(AE + i_h * K, [row_end, K], [H * K, 1], [BT, BK])\n"
-    "    d_KG = tl.make_tensor_descriptor(KG + i_h * K, [row_end, K], [H * K, 1], [BT, BK])\n"
-    "    d_AZ = tl.make_tensor_descriptor(AZ + i_h * V, [row_end, V], [H * V, 1], [BT, BV])\n"
-    "    if WRITE_OUTPUT:\n"
-    "        d_QG = tl.make_tensor_descriptor(QG + i_h * K, [row_end, K], [H * K, 1], [BT, BK])\n"
-    "        d_Aqk = tl.make_tensor_descriptor(Aqk + i_h * BT, [row_end, BT], [H * BT, 1], [BT, BT])\n")
-_SCAN_TMA_EDITS = [
-    _SCAN_DESCRIPTORS,
-    ("        b_AE = _load_tile(AE + r_qk, 0, 0, n_t, K, H * K, BT, BK)\n",
-     "        row = (bos + i_t * BT).to(tl.int32)\n        b_AE = d_AE.load([row, 0])\n"),
-    ("_load(AZ + r_vw, 0, i_v * BV, n_t, V, H * V, BT, BV) - tl.dot(",
-     "d_AZ.load([row, i_v * BV]).to(tl.float32) - tl.dot("),
-    ("b_QG = _load_tile(QG + r_qk, 0, 0, n_t, K, H * K, BT, BK)", "b_QG = d_QG.load([row, 0])"),
-    ("b_Aqk = _load_tile(Aqk + r_a, 0, 0, n_t, BT, H * BT, BT, BT)", "b_Aqk = d_Aqk.load([row, 0])"),
-    ("b_kg = _load_tile(KG + r_qk, 0, 0, n_t, K, H * K, BT, BK)", "b_kg = d_KG.load([row, 0])")]
+# shipped scan loads its five tiles a chunk through tensor descriptors where they are valid (SCAN_BY_DESCRIPTOR,
+# Chapter 9): the Hopper's tensor memory accelerator (TMA), one thread issuing a tile's copy, rows past the
+# sequence's end zero-filled. masked_loads is the scan before it, the same values by masked loads: the counters
+# found the scan's warps waiting on their own synchronisation more than on memory ("What the counters say",
+# Chapter 11). The two-stage variants ask whether a WY block fits beside the scan (gpu_scan_concurrency.py).
+_MASKED_LOADS = ("\nSCAN_BY_DESCRIPTOR = True\n", "\nSCAN_BY_DESCRIPTOR = False\n")
+_TWO_STAGES = ("\nFUSED_SCAN_STAGES = 3\n", "\nFUSED_SCAN_STAGES = 2\n")
 SCAN_VARIANTS = {
-    "baseline": ("the shipped kernel and tiles", [], {}),
-    "tma_loads": ("the five tiles of a chunk loaded through tensor descriptors (TMA), rows past the sequence's end "
-                  "zero-filled by the descriptor's bound (a candidate: the same values)", _SCAN_TMA_EDITS, {}),
-    # two stages take about half the shared memory of three (this machine's Triton: 123 KiB against 182 KiB at
-    # K = V = 128), enough to leave a WY block room beside the scan (gpu_scan_concurrency.py)
-    "tma_loads_2_stages": ("tma_loads with two pipeline stages instead of three",
-                           _SCAN_TMA_EDITS + [("\nFUSED_SCAN_STAGES = 3\n", "\nFUSED_SCAN_STAGES = 2\n")], {}),
-    "stages_2": ("the shipped scan with two pipeline stages instead of three",
-                 [("\nFUSED_SCAN_STAGES = 3\n", "\nFUSED_SCAN_STAGES = 2\n")], {}),
+    "baseline": ("the shipped kernel and tiles: the tiles by tensor descriptor", [], {}),
+    "masked_loads": ("the five tiles of a chunk by masked loads, as before the descriptors (the same values)",
+                     [_MASKED_LOADS], {}),
+    "stages_2": ("the shipped scan with two pipeline stages instead of three", [_TWO_STAGES], {}),
+    "masked_loads_2_stages": ("masked_loads with two pipeline stages instead of three", [_MASKED_LOADS, _TWO_STAGES],
+                              {}),
 }
 LAUNCHES = {"intra": VARIANTS, "wy": WY_VARIANTS, "scan": SCAN_VARIANTS}
 
@@ -415,16 +395,9 @@ def wy_outputs(module, B, T, H, device):
     return torch.cat([out[name].flatten().float() for name in ("AE", "AZ", "KG", "QG", "GN")])
 
 
-def descriptor_allocator(device):
-    """Set Triton's allocator for the scratch memory of tensor descriptors made inside kernels (tma_loads) to
-    torch tensors on ``device``."""
-    triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=device))
-
-
 def scan_inputs(module, B, T, H, device):
     """The plan and a forward's intermediates at (B, T, H) for the scan launch (the dict of _forward_states, its
-    output in "o"), with the descriptors' allocator set for ``device``."""
-    descriptor_allocator(device)
+    output in "o")."""
     q, k, v, g, b, w = module.baseline_inputs(B, T, H, device=device)
     p = module._plan(q, k, v, g, b, w, None, None, None)
     return p, module._forward_states(q, k, v, g, b, w, None, False, p, o=torch.empty_like(v), store_states=False)

@@ -93,13 +93,15 @@ def signature(kernel, bf16=()):
     return types
 
 
-def launches(K, V, fp32_dot=None, shared_memory=None):
+def launches(K, V, fp32_dot=None, shared_memory=None, descriptors=False):
     """(kernel, constexprs, num_warps, num_stages, bf16 pointers) as the host code launches them at
     K, V: float32 inputs, and for the scans and the backward also bf16 inputs with their 16-bit
     intermediates; the layer's short convolution (D = H * K, W = 4) at K = 128 only; the output norm at D = V;
     the L2 normalisation of q, k at D = K.
     The float32 launches' products use ``fp32_dot`` (None: chunk_kernels.FLOAT32_DOT), the bf16 ones "tf32";
-    ``shared_memory``, a block's bytes on the target (None: a Hopper's), picks the stages that depend on it."""
+    ``shared_memory``, a block's bytes on the target (None: a Hopper's), picks the stages that depend on it;
+    ``descriptors``: the target has tensor descriptors (sm_90), where the forward scan loads through them as
+    _scan_by_descriptor has it (K and V of both launches' tiles are multiples of 16 bytes)."""
     f32 = ck.FLOAT32_DOT if fp32_dot is None else fp32_dot
     intra, wy, scan, out = ck.INTRA_TILES, ck.WY_TILES, ck.SCAN_TILES, ck.OUTPUT_TILES
     # a package older than BWD_WY_TILES (an older commit on PYTHONPATH) recomputed WY with the forward's tiles
@@ -114,6 +116,9 @@ def launches(K, V, fp32_dot=None, shared_memory=None):
     # both scans' value blocks; "auto" picks at most 64, which is what it picks without a GPU: the largest tiles
     scan_bv, fscan_bv = (ck._scan_value_block(t["BV"], 1, H, V, torch.device("cpu")) for t in (bscan, scan))
     fused_bv = min(V, max(8, 2048 // K))
+    # a package older than the scan by descriptors (an older commit on PYTHONPATH) had no such flag
+    by_descriptor = dict(BY_DESCRIPTOR=descriptors and ck.SCAN_BY_DESCRIPTOR) if hasattr(ck, "SCAN_BY_DESCRIPTOR") \
+        else {}
     return [
         # the intra kernel as float32 and bf16 inputs launch it, and with float16's operand check (OPERAND_LIMIT
         # below MID_LIMIT compiles the check in; bf16 pointers stand in for float16 ones)
@@ -134,7 +139,7 @@ def launches(K, V, fp32_dot=None, shared_memory=None):
         # autograd does (the output, and the states that the backward keeps) and as a forward without a backward
         # does (the output alone), in float32 and with 16-bit intermediates
         *((ck.chunk_gdn2_fwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=fscan_bv, USE_INITIAL_STATE=True,
-                                               STORE_FINAL_STATE=True, DOT=dot,
+                                               STORE_FINAL_STATE=True, DOT=dot, **by_descriptor,
                                                **(dict(STORE_STATES=states, WRITE_OUTPUT=output) if fused else {})),
            scan["num_warps"], stages if pointers and K <= 128 else 1, pointers)
           for dot, pointers in ((f32, ()), ("tf32", ("AE", "AZ", "KG", "h", "R", "QG", "Aqk", "o")))
@@ -384,14 +389,15 @@ def check(target, limit, dim, registers, kernels, fp32_dot, aligned=False, recor
     gets a dict per launch, with its registers, stack and loads_left_in_loops (``arch`` names the target there);
     ``loop_loads`` prints those loads too."""
     failures = compiled = 0
-    for kernel, constexprs, num_warps, num_stages, bf16 in launches(dim, dim, fp32_dot, limit):
+    for kernel, constexprs, num_warps, num_stages, bf16 in launches(dim, dim, fp32_dot, limit, target.arch >= 90):
         name = kernel.fn.__name__
         if name not in kernels or (limit < ck.FLOAT32_SHARED_MEMORY and "DOT" in constexprs and not bf16):
             continue
         inputs = inputs_label(constexprs, bf16)
         label = (f", dot {constexprs['DOT']}" if "DOT" in constexprs else "") + \
             (f", MODE {constexprs['MODE']}" if "MODE" in constexprs else "") + \
-            "".join(f", {flag}" for flag in ("STORE_G", "STORE_AZ", "WRITE_OUTPUT") if constexprs.get(flag)) + \
+            "".join(f", {flag}" for flag in ("STORE_G", "STORE_AZ", "WRITE_OUTPUT", "BY_DESCRIPTOR")
+                    if constexprs.get(flag)) + \
             (", no STORE_STATES" if constexprs.get("STORE_STATES") is False else "")
         options = dict(num_warps=num_warps, num_stages=num_stages)
         # OPTIONAL_TILE_KEYS' one entry: the register cap that _launch_intra hands to Triton when INTRA_TILES has it
