@@ -24,6 +24,10 @@ HEADS_FIRST = frozenset({"chunk_gdn2_fwd_intra_kernel", "chunk_gdn2_fwd_wy_kerne
 # file of KERNEL_FILES) and the backward scan (in the second) read it unmasked.
 WHOLE_AQK = frozenset({"chunk_gdn2_fwd_intra_kernel", "chunk_gdn2_fwd_scan_kernel", "chunk_gdn2_fwd_output_kernel"})
 WHOLE_AQK_BACKWARD = frozenset({"chunk_gdn2_bwd_scan_kernel"})
+# What changed when the forward scan took its tiles by tensor descriptor (Chapter 9's section "The scan's tiles
+# by descriptor"): the kernel, its new helper and its switch. The same bits out (tests/test_chunk_kernels.py, the
+# H200's test matrix), so a value recorded before holds for today's kernels; a forward time does not.
+SCAN_DESCRIPTORS = frozenset({"chunk_gdn2_fwd_scan_kernel", "_chunk_tile", "SCAN_BY_DESCRIPTOR"})
 
 
 def _checkout():

@@ -5,8 +5,9 @@ import subprocess
 
 import pytest
 
-from gdn2edu.kernel_history import (FLOAT32_ONLY, HEADS_FIRST, KERNEL_FILES, WHOLE_AQK, WHOLE_AQK_BACKWARD, _checkout,
-                                    changed_in_files, changed_kernels, kernel_sources, module_kernels, same_kernels)
+from gdn2edu.kernel_history import (FLOAT32_ONLY, HEADS_FIRST, KERNEL_FILES, SCAN_DESCRIPTORS, WHOLE_AQK,
+                                    WHOLE_AQK_BACKWARD, _checkout, changed_in_files, changed_kernels, kernel_sources,
+                                    module_kernels, same_kernels)
 
 ROOT = _checkout()                   # None without the whole history: the functions then answer None
 needs_history = pytest.mark.skipif(ROOT is None, reason="no complete git history here")
@@ -62,6 +63,14 @@ def test_heads_first_names_what_the_renumbering_changed():
     assert changed_in_files("8d974f9~1", "8d974f9") == HEADS_FIRST
     assert changed_in_files("19d4214~1", "19d4214") == changed_kernels("19d4214~1", "19d4214")
     assert changed_in_files("e6c4116", "f30021e") == {"KEPT", "SAVED"}
+
+
+@needs_history
+def test_scan_descriptors_names_what_the_descriptor_scan_changed():
+    """c48e560 gave the forward scan its tiles by tensor descriptor: the scan kernel, its helper _chunk_tile and
+    the switch SCAN_BY_DESCRIPTOR in the forward file, nothing in the backward file."""
+    assert changed_in_files("c48e560~1", "c48e560") == SCAN_DESCRIPTORS
+    assert changed_kernels("c48e560~1", "c48e560", KERNEL_FILES[1]) == set()
 
 
 @needs_history
