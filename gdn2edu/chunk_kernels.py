@@ -513,7 +513,8 @@ LOW_PRECISION_INTERMEDIATES = True
 # kernel, and a forward that no backward follows stores neither. False runs the output kernel after the scan.
 FUSE_OUTPUT = True
 # The stages of that scan: the most that fit a Hopper block at each value block the scan picks (five 16-bit
-# tiles a stage: at BV = 64, three take 208 KiB of 227; tools/hopper_compile_check.py --aligned)
+# tiles a stage: at BV = 64 three take 208 KiB of 227 by masked loads, more by descriptor, still within it;
+# tools/hopper_compile_check.py --aligned prints each form's)
 FUSED_SCAN_STAGES = 3
 # The scan's five tiles a chunk through tensor descriptors (the Hopper's tensor memory accelerator, TMA) wherever
 # they are valid (_scan_by_descriptor): the same values, one thread issuing each tile's copy; False: masked loads
@@ -872,7 +873,9 @@ def chunk_gdn2_fwd(q, k, v, g, b, w, scale=None, initial_state=None, output_fina
     < t_N = T) B must be 1, the N sequences q[:, t_n:t_{n+1}] run independently and the states are [N, H, K, V].
     safe_gate=True always takes the midpoint anchor on the diagonal blocks, unchecked: it requires every g in
     [-5, 0] (lower_bound, if given, must lie in [-5, 0)). The default checks each chunk and redoes, token by
-    token, the diagonal blocks of those whose midpoint factors would leave float32's range.
+    token, the diagonal blocks of those whose midpoint factors would leave float32's range. On a GPU of compute
+    capability 9 or more the scan reads its tiles through tensor descriptors where K and V allow it (the same
+    values; SCAN_BY_DESCRIPTOR); it sets Triton's allocator for them only for its own launch.
     Accumulates in float32; returns (o [B, T, H, V] in v's dtype, final state float32 [B or N, H, K, V] or None).
     """
     p = _plan(q, k, v, g, b, w, scale, initial_state, cu_seqlens, safe_gate, lower_bound)
