@@ -279,8 +279,7 @@ def test_intra_kernel_writes_aqk_whole():
     assert (Aqk[0][~above[:, None, :].expand(-1, 2, -1)] != 0).any()
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-@pytest.mark.parametrize("recompute_states", [False, True])
+@pytest.mark.parametrize("dtype, recompute_states", [(torch.float32, False), (torch.float16, True)])
 def test_the_scan_by_descriptors_changes_no_value(monkeypatch, dtype, recompute_states):
     """SCAN_BY_DESCRIPTOR, made to apply on the CPU (the interpreter makes descriptors; _has_descriptors says no
     GPU here): the output, final state and gradients are bit for bit those of masked loads, for packed sequences
