@@ -504,3 +504,15 @@ def test_host_ms_refuses_a_count_that_is_not_a_positive_int():
             bench.host_ms(lambda: None, bad)
     with pytest.raises(ValueError, match="fn must be a function of no arguments, got NoneType"):
         bench.host_ms(None)
+
+
+def test_the_ceilings_are_measured_after_every_timing():
+    """Their bf16 matmuls at full power slowed whatever was timed next (Chapter 11, "Ceilings last"): however the
+    parts are listed, the ceilings step comes last."""
+    args = bench.build_parser().parse_args(["--device", "cpu", "--parts", "ceilings,forward,decode,checks",
+                                            "--shapes", "1x64x1", "--K", "16", "--impls", "gdn2edu,torch"])
+    labels = [label for label, _, _ in bench.plan_benchmark(args, {})]
+    assert labels[-1] == "ceilings" and labels.count("ceilings") == 1
+    assert any(label.startswith("forward") for label in labels) and any(label.startswith("decode") for label in labels)
+    args = bench.build_parser().parse_args(["--device", "cpu", "--parts", "forward", "--shapes", "1x64x1"])
+    assert "ceilings" not in [label for label, _, _ in bench.plan_benchmark(args, {})]
