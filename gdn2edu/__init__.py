@@ -15,7 +15,7 @@ from gdn2edu.rewy import rewy_chunk_adjoints, rewy_chunk_backward, rewy_backward
 from gdn2edu.chunk_backward import reverse_state_scan, pairwise_pullback, chunk_gdn2_backward, ChunkGDN2Function, chunk_gdn2_explicit
 from gdn2edu.matrix_intra import centered_pullback, subchunk_pullback, gram_free_scalar_gate, tied_gate_grads
 from gdn2edu.fused_recurrent import l2_norm_fwd_kernel, l2_norm_bwd_kernel, L2NormFunction, l2_normalize_triton, l2_normalize, gate_activation, apply_kernel_options, fused_recurrent_gdn2, fused_recurrent_gdn2_step
-from gdn2edu.chunk_kernels import chunk_gdn2_fwd_intra_kernel, chunk_gdn2_fwd_wy_kernel, chunk_gdn2_fwd_scan_kernel, chunk_gdn2_fwd_output_kernel, kernel_settings, tile_table, chunk_gdn2_fwd, baseline_inputs
+from gdn2edu.chunk_kernels import chunk_gdn2_fwd_intra_kernel, chunk_gdn2_fwd_wy_kernel, chunk_gdn2_fwd_scan_kernel, chunk_gdn2_fwd_output_kernel, kernel_settings, tile_table, tensor_descriptors_at, chunk_gdn2_fwd, baseline_inputs
 from gdn2edu.pipeline_figure import pipeline_mismatches, draw_pipeline
 from gdn2edu.kernel_history import kernel_sources, module_kernels, same_kernels, changed_kernels, changed_in_files
 from gdn2edu.chunk_backward_kernels import chunk_gdn2_bwd_scan_kernel, chunk_gdn2_bwd_local_kernel, chunk_gdn2_bwd_inputs_kernel, chunk_gdn2_backward_triton, ChunkGDN2TritonFunction, chunk_gdn2
@@ -83,6 +83,7 @@ __all__ = [
     "chunk_gdn2_fwd_output_kernel",
     "kernel_settings",
     "tile_table",
+    "tensor_descriptors_at",
     "chunk_gdn2_fwd",
     "baseline_inputs",
     "pipeline_mismatches",

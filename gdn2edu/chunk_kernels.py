@@ -668,12 +668,20 @@ def _device_capability(index):
     return torch.cuda.get_device_capability(index)
 
 
+def tensor_descriptors_at(major):
+    """Whether kernels can load through tensor descriptors on a GPU of compute capability ``major`` (an int): 9 or
+    more (Hopper's TMA), with a Triton that makes descriptors inside kernels. tools/hopper_compile_check.py asks
+    it for the targets it compiles for."""
+    return major >= 9 and hasattr(tl, "make_tensor_descriptor")
+
+
 def _has_descriptors(device):
-    """Whether kernels on ``device`` can load through tensor descriptors: a GPU of compute capability 9 or
-    more (Hopper's TMA) and a Triton that makes descriptors inside kernels."""
-    if device.type != "cuda" or not hasattr(tl, "make_tensor_descriptor"):
+    """Whether kernels on ``device`` can load through tensor descriptors: a GPU, tensor_descriptors_at its
+    capability."""
+    if device.type != "cuda":
         return False
-    return _device_capability(device.index if device.index is not None else torch.cuda.current_device())[0] >= 9
+    return tensor_descriptors_at(
+        _device_capability(device.index if device.index is not None else torch.cuda.current_device())[0])
 
 
 def _scan_by_descriptor(p, device):

@@ -325,3 +325,12 @@ def test_the_scan_takes_descriptors_only_where_rows_are_16_byte_multiples(monkey
     assert chunk_kernels._scan_by_descriptor(p, torch.device("cpu")) is by_descriptor
     monkeypatch.setattr(chunk_kernels, "SCAN_BY_DESCRIPTOR", False)
     assert chunk_kernels._scan_by_descriptor(p, torch.device("cpu")) is False
+
+
+def test_tensor_descriptors_need_a_hopper_and_a_triton_that_makes_them(monkeypatch):
+    """Capability 9 or more (TMA) and tl.make_tensor_descriptor: an A100 (8) or an L4 (8.9) takes masked loads, and
+    so does a Hopper under a Triton without the call; hopper_compile_check asks the same for its targets."""
+    assert chunk_kernels.tensor_descriptors_at(9) and chunk_kernels.tensor_descriptors_at(10)
+    assert not chunk_kernels.tensor_descriptors_at(8)
+    monkeypatch.delattr(chunk_kernels.tl, "make_tensor_descriptor")
+    assert not chunk_kernels.tensor_descriptors_at(9)

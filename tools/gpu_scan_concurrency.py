@@ -30,7 +30,7 @@ import torch
 
 from gdn2edu import chunk_kernels as ck
 from gdn2edu.bench import _int_list, gpu_record, measure_ms, parse_shapes
-from gpu_scan_overlap import _side_stream
+from gpu_scan_overlap import side_stream
 
 # run name -> (launches on the main stream, in order; whether the scan runs beside them on a side stream)
 RUNS = {"intra": (("intra",), False), "wy": (("wy",), False), "scan": (("scan",), False),
@@ -76,7 +76,7 @@ class Launches:
         if name not in RUNS:
             raise ValueError(f"name must be one of {tuple(RUNS)}, got {name!r}")
         on_main, beside = RUNS[name]
-        side = _side_stream(0, self.shipped.device) if beside and self.shipped.is_cuda else None
+        side = side_stream(0, self.shipped.device) if beside and self.shipped.is_cuda else None
         main = torch.cuda.current_stream(self.shipped.device) if side is not None else None
         if side is not None:
             side.wait_stream(main)

@@ -45,7 +45,7 @@ _SIDE_STREAMS = {}
 _SEGMENT_MAPS = {}
 
 
-def _side_stream(n, device):
+def side_stream(n, device):
     """The high-priority stream on which sequence n's scans run (made once per sequence number and device)."""
     if (n, device) not in _SIDE_STREAMS:
         _SIDE_STREAMS[(n, device)] = torch.cuda.Stream(device=device, priority=-1)
@@ -82,7 +82,7 @@ def overlapped_forward(q, k, v, g, b, w, count=2, order="intra_first"):
     # the value block for all the sequences' scans together, as they run at once (one launch per sequence here)
     BV = ck._scan_value_block(ck.SCAN_TILES["BV"], p.N, H, V, device)
     main = torch.cuda.current_stream(device) if q.is_cuda else None
-    sides = [_side_stream(n, device) for n in range(B)] if q.is_cuda else []
+    sides = [side_stream(n, device) for n in range(B)] if q.is_cuda else []
     for side in sides:
         side.wait_stream(main)
     states = [None] * B

@@ -389,7 +389,8 @@ def check(target, limit, dim, registers, kernels, fp32_dot, aligned=False, recor
     gets a dict per launch, with its registers, stack and loads_left_in_loops (``arch`` names the target there);
     ``loop_loads`` prints those loads too."""
     failures = compiled = 0
-    for kernel, constexprs, num_warps, num_stages, bf16 in launches(dim, dim, fp32_dot, limit, target.arch >= 90):
+    for kernel, constexprs, num_warps, num_stages, bf16 in launches(dim, dim, fp32_dot, limit,
+                                                                    ck.tensor_descriptors_at(target.arch // 10)):
         name = kernel.fn.__name__
         if name not in kernels or (limit < ck.FLOAT32_SHARED_MEMORY and "DOT" in constexprs and not bf16):
             continue
