@@ -226,3 +226,23 @@ def test_the_masked_scan_writes_the_shipped_output(tmp_path, dtype):
     for name in ("h", "R", "ht"):
         assert torch.equal(kept[name], kept_masked[name]), name
 
+
+
+def test_the_wy_launch_by_host_descriptors_writes_the_shipped_outputs(tmp_path):
+    """The two host-descriptor candidates of the WY launch, in the interpreter: two sequences of 100 tokens (the
+    second chunk of each ends in a tail, where a descriptor's bound at T must zero the rows read and drop the rows
+    stored past it), float16 inputs and outputs: AE, AZ, kg, Q_g and gamma_n bit for bit those of the shipped
+    launch. Packed sequences are refused: the descriptors' bound is one length for all."""
+    q, k, v, g, b, w = chunk_kernels.baseline_inputs(2, 100, 2, K=32, V=32, dtype=torch.float16, device="cpu")
+    p = chunk_kernels._plan(q, k, v, g, b, w, None, None, None)
+    A = chunk_kernels._intra_states(q, k, g, b, p)["A"]
+    shipped = chunk_kernels._wy_states(q, k, v, g, b, w, A, p)
+    for name in ("by_host_descriptor", "by_host_descriptor_stores"):
+        module = ablation.load_variant(name, tmp_path, ablation.WY_VARIANTS)
+        out = module._wy_states(q, k, v, g, b, w, A, p)
+        for key in ("AE", "AZ", "KG", "QG", "GN"):
+            assert torch.equal(out[key], shipped[key]), (name, key)
+    packed = module._plan(q.view(1, 200, 2, 32), k.view(1, 200, 2, 32), v.view(1, 200, 2, 32), g.view(1, 200, 2, 32),
+                          b.view(1, 200, 2, 32), w.view(1, 200, 2, 32), None, None, torch.tensor([0, 100, 200]))
+    with pytest.raises(AssertionError, match="one length"):
+        module._wy_states(*(x.view(1, 200, 2, 32) for x in (q, k, v, g, b, w)), A.view(1, 200, 2, 64), packed)

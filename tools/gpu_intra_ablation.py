@@ -279,6 +279,60 @@ _WY_READS_KEPT_GATES = [
      "        b_Gn = tl.load(Gc + p_qk + (tl.minimum(t0 + BT, T) - 1) * H * K + o_kk, mask=o_kk < K, other=0.0)\n"),
     _WY_NO_QG,
     ('out["QG"], out["GN"], out["G"], p.cu', 'out["QG"], out["GN"], _KEPT_G, p.cu')]
+# Host-made tensor descriptors for the WY launch (fixed-length batches: each [B, T, H, C] input and output seen as a
+# 4-D tensor whose second dimension ends at T, so a chunk's rows past a sequence's end load as zeros and are not
+# stored, as the masks do). The scan's descriptors, made inside the kernel, paid with 16 to 128 programs; the WY
+# launch has thousands, and a probe that made its eleven descriptors inside the kernel, in every program, ran far
+# slower than the masked kernel (not recorded). Made on the host, a descriptor costs no program anything.
+# by_host_descriptor reads its seven inputs' tiles so and stores as before; by_host_descriptor_stores also stores
+# its four outputs' tiles through them.
+_WY_AT = "[(bos // T).to(tl.int32), t0.to(tl.int32), i_h, {col}]"    # (sequence, row, head, column): 32-bit
+_WY_READ = "{x}.load(" + _WY_AT + ").reshape(BT, {w}).to(tl.float32)"
+_WY_HOST_READS = [
+    ("    b_A = tl.where(o_t[:, None] >= o_t[None, :], _load(A + (bos * H + i_h) * BT, t0, 0, T, BT, H * BT, BT, "
+     "BT), 0.0)\n",
+     "    b_A = tl.where(o_t[:, None] >= o_t[None, :], " + _WY_READ.format(x="A", col="0", w="BT") + ", 0.0)\n"),
+    ("tl.cumsum(_load(g + p_qk, t0, i_k * BK, T, K, H * K, BT, BK) * 1.4426950408889634, axis=0)",
+     "tl.cumsum(" + _WY_READ.format(x="g", col="i_k * BK", w="BK") + " * 1.4426950408889634, axis=0)"),
+    ("        b_k = _load(k + p_qk, t0, i_k * BK, T, K, H * K, BT, BK)\n",
+     "        b_k = " + _WY_READ.format(x="k", col="i_k * BK", w="BK") + "\n"),
+    ("        b_E = _load(b + p_qk, t0, i_k * BK, T, K, H * K, BT, BK) * b_k * tl.exp2(b_G)\n",
+     "        b_E = " + _WY_READ.format(x="b", col="i_k * BK", w="BK") + " * b_k * tl.exp2(b_G)\n"),
+    ("tl.store(p_x, _load(q + p_qk, t0, i_k * BK, T, K, H * K, BT, BK) * (scale * tl.exp2(b_G)), mask=m_x)",
+     "tl.store(p_x, " + _WY_READ.format(x="q", col="i_k * BK", w="BK") + " * (scale * tl.exp2(b_G)), mask=m_x)"),
+    ("            b_Z = _load(v + p_vw, t0, i_v * BV, T, V, H * V, BT, BV) * _load(w + p_vw, t0, i_v * BV, T, V, "
+     "H * V,\n                                                                             BT, BV)\n",
+     "            b_Z = " + _WY_READ.format(x="v", col="i_v * BV", w="BV") + " * "
+     + _WY_READ.format(x="w", col="i_v * BV", w="BV") + "\n"),
+    ("    chunk_gdn2_fwd_wy_kernel[(p.chunks.shape[0] * p.H,)](\n        q, k, v, g, b, w, A, out[",
+     "    from triton.tools.tensor_descriptor import TensorDescriptor\n"
+     "    assert p.N == p.B, 'host descriptors take sequences of one length (no cu_seqlens)'\n"
+     "    BK, BV = min(_block_width(p.K), tiles['BK']), _block_width(p.V, tiles['BV'])\n"
+     "    def tiles_of(x, width):\n"
+     "        return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 64, 1, width])\n"
+     "    q, k, g, b = (tiles_of(x, BK) for x in (q, k, g, b))\n"
+     "    v, w, A = tiles_of(v, BV), tiles_of(w, BV), tiles_of(A, 64)\n"
+     "    chunk_gdn2_fwd_wy_kernel[(p.chunks.shape[0] * p.H,)](\n        q, k, v, g, b, w, A, out[")]
+_WY_STORE = ("        p_x, m_x = _tile({x} + p_qk, t0, i_k * BK, T, K, H * K, BT, BK)\n        tl.store(p_x, {value}, "
+             "mask=m_x)\n")
+_WY_PUT = ("        {x}.store(" + _WY_AT.format(col="i_k * BK") + ", ({value}).reshape(1, BT, 1, BK).to({x}.dtype))"
+           "\n")
+_WY_HOST_STORES = _WY_HOST_READS[:4] + [
+    (_WY_STORE.format(x="AE", value="tl.dot(b_A, b_E, input_precision=DOT)"),
+     _WY_PUT.format(x="AE", value="tl.dot(b_A, b_E, input_precision=DOT)")),
+    (_WY_STORE.format(x="KG", value="b_k * tl.exp2(b_Gn[None, :] - b_G)"),
+     _WY_PUT.format(x="KG", value="b_k * tl.exp2(b_Gn[None, :] - b_G)")),
+    (_WY_STORE.format(x="QG", value="_load(q + p_qk, t0, i_k * BK, T, K, H * K, BT, BK) * (scale * tl.exp2(b_G))"),
+     _WY_PUT.format(x="QG", value=_WY_READ.format(x="q", col="i_k * BK", w="BK") + " * (scale * tl.exp2(b_G))")),
+    _WY_HOST_READS[5],
+    ("            p_x, m_x = _tile(AZ + p_vw, t0, i_v * BV, T, V, H * V, BT, BV)\n"
+     "            tl.store(p_x, tl.dot(b_A, b_Z, input_precision=DOT), mask=m_x)\n",
+     "            AZ.store(" + _WY_AT.format(col="i_v * BV") + ", tl.dot(b_A, b_Z, input_precision=DOT)"
+     ".reshape(1, BT, 1, BV).to(AZ.dtype))\n"),
+    (_WY_HOST_READS[6][0], _WY_HOST_READS[6][1].replace(
+        "    chunk_gdn2_fwd_wy_kernel[",
+        "    out = dict(out, **{name: tiles_of(out[name], BK) for name in ('AE', 'KG', 'QG')}, "
+        "AZ=tiles_of(out['AZ'], BV))\n    chunk_gdn2_fwd_wy_kernel["))]
 WY_VARIANTS = {
     "baseline": ("the shipped kernel and tiles", [], {}),
     "products_16bit": ("A, E and Z rounded to the store type before their products (16-bit tensor-core products, "
@@ -293,6 +347,10 @@ WY_VARIANTS = {
               [("    if STORE_AZ:                            # only the scan reads AZ", "    if STORE_AZ and K < 0:")], {}),
     "chunks_first": ("the programs in the order before: a head's chunks neighbouring (the same values)",
                      _WY_CHUNKS_FIRST, {}),
+    "by_host_descriptor": ("the seven inputs' tiles through tensor descriptors made on the host, sequences of one "
+                           "length only (a candidate: the same values)", _WY_HOST_READS, {}),
+    "by_host_descriptor_stores": ("by_host_descriptor, the four outputs' tiles stored through them too (a "
+                                  "candidate: the same values)", _WY_HOST_STORES, {}),
     "reads_kept_gates": ("gates_kept's partner: G read as the intra launch kept it instead of summed from g, no Q_g "
                          "(a candidate: the same AE, kg and gamma_n up to rounding)", _WY_READS_KEPT_GATES, {}),
 }
