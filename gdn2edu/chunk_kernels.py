@@ -676,8 +676,8 @@ def tensor_descriptors_at(major):
 
 
 def _has_descriptors(device):
-    """Whether kernels on ``device`` can load through tensor descriptors: a GPU, tensor_descriptors_at its
-    capability."""
+    """Whether kernels on ``device`` can load through tensor descriptors: it is a GPU, and tensor_descriptors_at
+    holds for its compute capability."""
     if device.type != "cuda":
         return False
     return tensor_descriptors_at(

@@ -510,9 +510,18 @@ def test_the_ceilings_are_measured_after_every_timing():
     """Their bf16 matmuls at full power slowed whatever was timed next (Chapter 11, "Ceilings last"): however the
     parts are listed, the ceilings step comes last."""
     args = bench.build_parser().parse_args(["--device", "cpu", "--parts", "ceilings,forward,decode,checks",
-                                            "--shapes", "1x64x1", "--K", "16", "--impls", "gdn2edu,torch"])
+                                            "--shapes", "1x64x1", "--K", "16", "--impls", "gdn2edu,torch_compile"])
     labels = [label for label, _, _ in bench.plan_benchmark(args, {})]
     assert labels[-1] == "ceilings" and labels.count("ceilings") == 1
-    assert any(label.startswith("forward") for label in labels) and any(label.startswith("decode") for label in labels)
+    assert "forward 1x64x1 torch_compile" in labels and any(label.startswith("decode") for label in labels)
     args = bench.build_parser().parse_args(["--device", "cpu", "--parts", "forward", "--shapes", "1x64x1"])
     assert "ceilings" not in [label for label, _, _ in bench.plan_benchmark(args, {})]
+
+
+def test_the_ceilings_run_even_past_the_budget():
+    """Last in the order, the ceilings would be the first step a short budget drops, and the roofline needs them:
+    with no budget at all every other step is skipped and they are measured."""
+    run = run_benchmark(["--device", "cpu", "--parts", "forward,ceilings", "--shapes", "1x64x1", "--K", "16",
+                         "--impls", "torch", "--budget", "0", "--warmup", "1", "--rep", "5"])
+    assert run["skipped"] == ["forward 1x64x1 torch"] and run["forward"] == []
+    assert run["ceilings"]["copy_bytes_per_s"] > 0 and run["ceilings"]["matmul_flops_per_s"] > 0

@@ -281,11 +281,11 @@ _WY_READS_KEPT_GATES = [
     ('out["QG"], out["GN"], out["G"], p.cu', 'out["QG"], out["GN"], _KEPT_G, p.cu')]
 # Host-made tensor descriptors for the WY launch (fixed-length batches: each [B, T, H, C] input and output seen as a
 # 4-D tensor whose second dimension ends at T, so a chunk's rows past a sequence's end load as zeros and are not
-# stored, as the masks do). The scan's descriptors, made inside the kernel, paid with 16 to 128 programs; the WY
-# launch has thousands, and a probe that made its eleven descriptors inside the kernel, in every program, ran far
-# slower than the masked kernel (not recorded). Made on the host, a descriptor costs no program anything.
-# by_host_descriptor reads its seven inputs' tiles so and stores as before; by_host_descriptor_stores also stores
-# its four outputs' tiles through them.
+# stored, as the masks do). The scan makes its five descriptors inside the kernel, once in each of its few
+# programs (one per sequence, head and value block); the WY launch has a program per chunk and head, thousands,
+# each of which would make eleven. Made once on the host, they cost no program anything (and the host's time to
+# make them is not in the launch's GPU time that the tool measures). by_host_descriptor reads the seven inputs'
+# tiles so and stores as before; by_host_descriptor_stores also stores the four outputs' tiles through them.
 _WY_AT = "[(bos // T).to(tl.int32), t0.to(tl.int32), i_h, {col}]"    # (sequence, row, head, column): 32-bit
 _WY_READ = "{x}.load(" + _WY_AT + ").reshape(BT, {w}).to(tl.float32)"
 _WY_HOST_READS = [
@@ -306,13 +306,18 @@ _WY_HOST_READS = [
      + _WY_READ.format(x="w", col="i_v * BV", w="BV") + "\n"),
     ("    chunk_gdn2_fwd_wy_kernel[(p.chunks.shape[0] * p.H,)](\n        q, k, v, g, b, w, A, out[",
      "    from triton.tools.tensor_descriptor import TensorDescriptor\n"
-     "    assert p.N == p.B, 'host descriptors take sequences of one length (no cu_seqlens)'\n"
+     "    if p.N != p.B:\n"
+     "        raise ValueError('host descriptors take sequences of one length, got packed sequences (cu_seqlens)')\n"
      "    BK, BV = min(_block_width(p.K), tiles['BK']), _block_width(p.V, tiles['BV'])\n"
      "    def tiles_of(x, width):\n"
+     "        if x.data_ptr() % 16 or x.shape[-1] * x.element_size() % 16:\n"
+     "            raise ValueError(f'a descriptor needs 16-byte rows and base, got {x.dtype} rows of {x.shape[-1]}')\n"
      "        return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, 64, 1, width])\n"
      "    q, k, g, b = (tiles_of(x, BK) for x in (q, k, g, b))\n"
      "    v, w, A = tiles_of(v, BV), tiles_of(w, BV), tiles_of(A, 64)\n"
-     "    chunk_gdn2_fwd_wy_kernel[(p.chunks.shape[0] * p.H,)](\n        q, k, v, g, b, w, A, out[")]
+     "    chunk_gdn2_fwd_wy_kernel[(p.chunks.shape[0] * p.H,)](\n        q, k, v, g, b, w, A, out["),
+    ('BT=64, BK=min(_block_width(p.K), tiles["BK"]),\n        BV=_block_width(p.V, tiles["BV"]), STORE_G',
+     'BT=64, BK=BK, BV=BV, STORE_G')]
 _WY_STORE = ("        p_x, m_x = _tile({x} + p_qk, t0, i_k * BK, T, K, H * K, BT, BK)\n        tl.store(p_x, {value}, "
              "mask=m_x)\n")
 _WY_PUT = ("        {x}.store(" + _WY_AT.format(col="i_k * BK") + ", ({value}).reshape(1, BT, 1, BK).to({x}.dtype))"
@@ -331,8 +336,10 @@ _WY_HOST_STORES = _WY_HOST_READS[:4] + [
      ".reshape(1, BT, 1, BV).to(AZ.dtype))\n"),
     (_WY_HOST_READS[6][0], _WY_HOST_READS[6][1].replace(
         "    chunk_gdn2_fwd_wy_kernel[",
-        "    out = dict(out, **{name: tiles_of(out[name], BK) for name in ('AE', 'KG', 'QG')}, "
-        "AZ=tiles_of(out['AZ'], BV))\n    chunk_gdn2_fwd_wy_kernel["))]
+        "    out = dict(out, **{name: tiles_of(out[name], BK) for name in ('AE', 'KG', 'QG')},\n"
+        "               **({'AZ': tiles_of(out['AZ'], BV)} if out['AZ'] is not None else {}))\n"
+        "    chunk_gdn2_fwd_wy_kernel[")),
+    _WY_HOST_READS[7]]
 WY_VARIANTS = {
     "baseline": ("the shipped kernel and tiles", [], {}),
     "products_16bit": ("A, E and Z rounded to the store type before their products (16-bit tensor-core products, "
