@@ -572,12 +572,16 @@ def tile_table(table, setting):
         table.update(previous)
 
 
+# Cached, as _one_wave_block below: a forward asks for these several times, and in recent Tritons next_power_of_2
+# and cdiv are constexpr functions, each call of which costs the host microseconds
+@functools.lru_cache(maxsize=None)
 def _block_width(dim, widest=None):
     """A block width for a head dim: its next power of two, at least 16 (tl.dot's smallest), at most widest."""
     width = max(16, triton.next_power_of_2(dim))
     return width if widest is None else min(widest, width)
 
 
+@functools.lru_cache(maxsize=None)
 def _one_wave_block(N, H, V, multiprocessors):
     """The narrowest value block of 16, 32, 64 whose N * H * ceil(V / block) scan programs all run at once,
     one per multiprocessor; 64 when none does. A narrower block shortens each chunk's step, but programs
