@@ -676,6 +676,8 @@ def tensor_descriptors_at(major):
     """Whether kernels can load through tensor descriptors on a GPU of compute capability ``major`` (an int): 9 or
     more (Hopper's TMA), with a Triton that makes descriptors inside kernels. tools/hopper_compile_check.py asks
     it for the targets it compiles for."""
+    if isinstance(major, bool) or not isinstance(major, int):
+        raise ValueError(f"major must be an int (a compute capability's major number), got {major!r}")
     return major >= 9 and hasattr(tl, "make_tensor_descriptor")
 
 

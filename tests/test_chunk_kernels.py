@@ -334,3 +334,9 @@ def test_tensor_descriptors_need_a_hopper_and_a_triton_that_makes_them(monkeypat
     assert not chunk_kernels.tensor_descriptors_at(8)
     monkeypatch.delattr(chunk_kernels.tl, "make_tensor_descriptor")
     assert not chunk_kernels.tensor_descriptors_at(9)
+
+
+@pytest.mark.parametrize("major", [9.0, "9", True, None])
+def test_tensor_descriptors_at_names_a_major_that_is_not_an_int(major):
+    with pytest.raises(ValueError, match="major must be an int"):
+        chunk_kernels.tensor_descriptors_at(major)

@@ -227,7 +227,6 @@ def test_the_masked_scan_writes_the_shipped_output(tmp_path, dtype):
         assert torch.equal(kept[name], kept_masked[name]), name
 
 
-
 def test_the_wy_launch_by_host_descriptors_writes_the_shipped_outputs(tmp_path):
     """The two host-descriptor candidates of the WY launch, in the interpreter: two sequences of 100 tokens (the
     second chunk of each ends in a tail, where a descriptor's bound at T must zero the rows read and drop the rows

@@ -288,7 +288,7 @@ _WY_READS_KEPT_GATES = [
 # tiles so and stores as before; by_host_descriptor_stores also stores the four outputs' tiles through them.
 _WY_AT = "[(bos // T).to(tl.int32), t0.to(tl.int32), i_h, {col}]"    # (sequence, row, head, column): 32-bit
 _WY_READ = "{x}.load(" + _WY_AT + ").reshape(BT, {w}).to(tl.float32)"
-_WY_HOST_READS = [
+_WY_READ_A_G_K_B = [
     ("    b_A = tl.where(o_t[:, None] >= o_t[None, :], _load(A + (bos * H + i_h) * BT, t0, 0, T, BT, H * BT, BT, "
      "BT), 0.0)\n",
      "    b_A = tl.where(o_t[:, None] >= o_t[None, :], " + _WY_READ.format(x="A", col="0", w="BT") + ", 0.0)\n"),
@@ -297,13 +297,16 @@ _WY_HOST_READS = [
     ("        b_k = _load(k + p_qk, t0, i_k * BK, T, K, H * K, BT, BK)\n",
      "        b_k = " + _WY_READ.format(x="k", col="i_k * BK", w="BK") + "\n"),
     ("        b_E = _load(b + p_qk, t0, i_k * BK, T, K, H * K, BT, BK) * b_k * tl.exp2(b_G)\n",
-     "        b_E = " + _WY_READ.format(x="b", col="i_k * BK", w="BK") + " * b_k * tl.exp2(b_G)\n"),
+     "        b_E = " + _WY_READ.format(x="b", col="i_k * BK", w="BK") + " * b_k * tl.exp2(b_G)\n")]
+_WY_READ_Q = [
     ("tl.store(p_x, _load(q + p_qk, t0, i_k * BK, T, K, H * K, BT, BK) * (scale * tl.exp2(b_G)), mask=m_x)",
-     "tl.store(p_x, " + _WY_READ.format(x="q", col="i_k * BK", w="BK") + " * (scale * tl.exp2(b_G)), mask=m_x)"),
+     "tl.store(p_x, " + _WY_READ.format(x="q", col="i_k * BK", w="BK") + " * (scale * tl.exp2(b_G)), mask=m_x)")]
+_WY_READ_V_W = [
     ("            b_Z = _load(v + p_vw, t0, i_v * BV, T, V, H * V, BT, BV) * _load(w + p_vw, t0, i_v * BV, T, V, "
      "H * V,\n                                                                             BT, BV)\n",
      "            b_Z = " + _WY_READ.format(x="v", col="i_v * BV", w="BV") + " * "
-     + _WY_READ.format(x="w", col="i_v * BV", w="BV") + "\n"),
+     + _WY_READ.format(x="w", col="i_v * BV", w="BV") + "\n")]
+_WY_HOST_LAUNCH = [
     ("    chunk_gdn2_fwd_wy_kernel[(p.chunks.shape[0] * p.H,)](\n        q, k, v, g, b, w, A, out[",
      "    from triton.tools.tensor_descriptor import TensorDescriptor\n"
      "    if p.N != p.B:\n"
@@ -318,28 +321,28 @@ _WY_HOST_READS = [
      "    chunk_gdn2_fwd_wy_kernel[(p.chunks.shape[0] * p.H,)](\n        q, k, v, g, b, w, A, out["),
     ('BT=64, BK=min(_block_width(p.K), tiles["BK"]),\n        BV=_block_width(p.V, tiles["BV"]), STORE_G',
      'BT=64, BK=BK, BV=BV, STORE_G')]
+_WY_HOST_READS = _WY_READ_A_G_K_B + _WY_READ_Q + _WY_READ_V_W + _WY_HOST_LAUNCH
 _WY_STORE = ("        p_x, m_x = _tile({x} + p_qk, t0, i_k * BK, T, K, H * K, BT, BK)\n        tl.store(p_x, {value}, "
              "mask=m_x)\n")
 _WY_PUT = ("        {x}.store(" + _WY_AT.format(col="i_k * BK") + ", ({value}).reshape(1, BT, 1, BK).to({x}.dtype))"
            "\n")
-_WY_HOST_STORES = _WY_HOST_READS[:4] + [
+_WY_HOST_STORES = _WY_READ_A_G_K_B + _WY_READ_V_W + [
     (_WY_STORE.format(x="AE", value="tl.dot(b_A, b_E, input_precision=DOT)"),
      _WY_PUT.format(x="AE", value="tl.dot(b_A, b_E, input_precision=DOT)")),
     (_WY_STORE.format(x="KG", value="b_k * tl.exp2(b_Gn[None, :] - b_G)"),
      _WY_PUT.format(x="KG", value="b_k * tl.exp2(b_Gn[None, :] - b_G)")),
     (_WY_STORE.format(x="QG", value="_load(q + p_qk, t0, i_k * BK, T, K, H * K, BT, BK) * (scale * tl.exp2(b_G))"),
      _WY_PUT.format(x="QG", value=_WY_READ.format(x="q", col="i_k * BK", w="BK") + " * (scale * tl.exp2(b_G))")),
-    _WY_HOST_READS[5],
     ("            p_x, m_x = _tile(AZ + p_vw, t0, i_v * BV, T, V, H * V, BT, BV)\n"
      "            tl.store(p_x, tl.dot(b_A, b_Z, input_precision=DOT), mask=m_x)\n",
      "            AZ.store(" + _WY_AT.format(col="i_v * BV") + ", tl.dot(b_A, b_Z, input_precision=DOT)"
      ".reshape(1, BT, 1, BV).to(AZ.dtype))\n"),
-    (_WY_HOST_READS[6][0], _WY_HOST_READS[6][1].replace(
+    (_WY_HOST_LAUNCH[0][0], _WY_HOST_LAUNCH[0][1].replace(
         "    chunk_gdn2_fwd_wy_kernel[",
         "    out = dict(out, **{name: tiles_of(out[name], BK) for name in ('AE', 'KG', 'QG')},\n"
         "               **({'AZ': tiles_of(out['AZ'], BV)} if out['AZ'] is not None else {}))\n"
         "    chunk_gdn2_fwd_wy_kernel[")),
-    _WY_HOST_READS[7]]
+    _WY_HOST_LAUNCH[1]]
 WY_VARIANTS = {
     "baseline": ("the shipped kernel and tiles", [], {}),
     "products_16bit": ("A, E and Z rounded to the store type before their products (16-bit tensor-core products, "
