@@ -88,21 +88,23 @@ def test_refuses_to_time_without_a_gpu(tmp_path):
     assert run.returncode == 1 and "none is here" in run.stderr and not out.exists()
 
 
-def test_the_squaring_candidate_computes_the_shipped_A(tmp_path):
-    """inverse_by_squaring is a candidate, not a cut: in the interpreter its A and Aqk equal the shipped kernel's
-    up to float32 rounding (a chunk and a tail, two heads; the substitution's and the squarings' sums differ in
-    order only)."""
-    module = ablation.load_variant("inverse_by_squaring", tmp_path)
+@pytest.mark.parametrize("name", ["inverse_by_squaring", "inverse_by_halves", "inverse_by_quarters",
+                                  "inverse_by_eighths"])
+def test_the_inverse_candidates_compute_the_shipped_A(tmp_path, name):
+    """The inverse_by_* variants are candidates, not cuts: in the interpreter their A and Aqk equal the shipped
+    kernel's up to float32 rounding (a chunk and a tail, two heads; the substitution's and the candidates' sums
+    differ in order only). Float32 inputs: their products are tf32x3, close to float32's rounding."""
+    module = ablation.load_variant(name, tmp_path)
     q, k, v, g, b, w = chunk_kernels.baseline_inputs(1, 100, 2, K=32, V=32, dtype=torch.float32, device="cpu")
     p = chunk_kernels._plan(q, k, v, g, b, w, None, None, None)
-    shipped, squared = (m._intra_states(q, k, g, b, p) for m in (chunk_kernels, module))
+    shipped, candidate = (m._intra_states(q, k, g, b, p) for m in (chunk_kernels, module))
     t = torch.arange(100)
     written = (torch.arange(64)[None, :] <= (t % 64)[:, None])[None, :, None, :].expand(1, 100, 2, 64)  # lower rows
-    A, A_squared = shipped["A"][written], squared["A"][written]
+    A, A_candidate = shipped["A"][written], candidate["A"][written]
     off_diagonal = A[A != 1].abs()
     assert off_diagonal.max() > 0.05                              # the inverse is not the identity here
-    torch.testing.assert_close(A_squared, A, rtol=1e-5, atol=1e-6)
-    assert torch.equal(squared["Aqk"][written], shipped["Aqk"][written])   # the inverse alone changed
+    torch.testing.assert_close(A_candidate, A, rtol=1e-5, atol=1e-6)
+    assert torch.equal(candidate["Aqk"][written], shipped["Aqk"][written])   # the inverse alone changed
 
 
 def test_the_fused_wy_candidate_writes_the_wy_kernels_outputs(tmp_path):

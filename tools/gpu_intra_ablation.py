@@ -58,6 +58,49 @@ _SQUARING_INVERSE = ("    b_A0, b_A1, b_A2, b_A3 = b_I, b_I, b_I, b_I\n    for i
                      + "".join(f"        b_P{j} = tl.dot(b_P{j}, b_P{j}, input_precision=\"tf32x3\")\n" for j in range(4))
                      + "".join(f"        b_A{j} += tl.dot(b_A{j}, b_P{j}, input_precision=\"tf32x3\")\n" for j in range(4)))
 
+# Candidates, not cuts: the diagonal blocks' inverse by substitution on narrower blocks, then merges. With D the
+# inverse of I + L's diagonal sub-blocks of width W and L_off the part of L that links two neighbouring sub-blocks
+# of width W inside one of width 2W, (D L_off)^2 = 0, so the inverse at width 2W is (I - D L_off) D = D - D L_off D:
+# two 16 x 16 products, in the launch's own precision (DOT, as the block merges after it). The substitution takes
+# W - 1 dependent row steps instead of fifteen, on row i of every sub-block at once (each row's sum masked to its
+# own sub-block), and log2(16 / W) merges follow. Same A up to rounding (tests/test_gpu_intra_ablation.py).
+_SUBSTITUTION_LOOP = ("    for i in range(1, BC):\n        m_i = o_c[:, None] == i\n" + _SKIP_SUBSTITUTION[0]
+                      + "    return b_A0, b_A1, b_A2, b_A3\n")
+_BLOCKED_HELPERS = '''@triton.jit
+def _substitute_rows(b_A, b_L, m_rows):
+    """Row i of every sub-block at once (m_rows: those rows, each within its own sub-block's columns)."""
+    b_l = tl.sum(tl.where(m_rows, b_L, 0.0), axis=0)
+    return tl.where(m_rows, b_A - tl.sum(b_l[:, None] * b_A, axis=0)[None, :], b_A)
+
+
+@triton.jit
+def _merge_blocks(b_A, b_L, m_off, DOT: tl.constexpr):
+    """D - D L_off D for the links m_off between neighbouring sub-blocks."""
+    return b_A - tl.dot(b_A, tl.dot(tl.where(m_off, b_L, 0.0), b_A, input_precision=DOT), input_precision=DOT)
+
+
+@triton.jit
+def _invert_unit_lower4('''
+
+
+def _blocked_inverse(width):
+    """The edits of the candidate whose substitution runs on sub-blocks of ``width`` rows (16 / width of them)."""
+    loop = (f"    m_same = (o_c[:, None] // {width}) == (o_c[None, :] // {width})\n"
+            f"    for i in range(1, {width}):\n        m_i = ((o_c[:, None] % {width}) == i) & m_same\n"
+            + _SKIP_SUBSTITUTION[0].replace("_substitute_row(", "_substitute_rows("))
+    merged = width
+    while merged < 16:
+        merged *= 2
+        loop += (f"    m_off = ((o_c[:, None] // {merged}) == (o_c[None, :] // {merged})) & "
+                 f"((o_c[:, None] // {merged // 2}) != (o_c[None, :] // {merged // 2}))\n"
+                 + "".join(f"    b_A{j} = _merge_blocks(b_A{j}, b_L{j}, m_off, DOT)\n" for j in range(4)))
+    return [("@triton.jit\ndef _invert_unit_lower4(", _BLOCKED_HELPERS),
+            ("def _invert_unit_lower4(b_L0, b_L1, b_L2, b_L3, BC: tl.constexpr):",
+             "def _invert_unit_lower4(b_L0, b_L1, b_L2, b_L3, BC: tl.constexpr, DOT: tl.constexpr):"),
+            (_SUBSTITUTION_LOOP, loop + "    return b_A0, b_A1, b_A2, b_A3\n"),
+            ("tl.where(m_strict, b_L33, 0.0), BC)", "tl.where(m_strict, b_L33, 0.0), BC, DOT)")]
+
+
 # A candidate route of the issue on speed: the WY work fused into the intra kernel, after the inverse, so that the
 # inputs are read while the chunk's lines are still in L2 and no WY launch follows. The kernel takes A's ten blocks
 # from its registers (_store_inverse returns them), forms the base-2 G sub-chunk by sub-chunk with the intra
@@ -239,6 +282,10 @@ VARIANTS = {
                   [('GATE_DOT: tl.constexpr = "tf32x3" if DOT == "tf32" else "ieee"', "GATE_DOT: tl.constexpr = DOT")], {}),
     "inverse_by_squaring": ("the diagonal blocks inverted by repeated squaring (same A up to rounding)",
                             [_SQUARING_INVERSE], {}),
+    **{f"inverse_by_{part}": (f"the diagonal blocks inverted by substitution on {16 // width} sub-blocks of {width} rows "
+                              f"at once, then {(16 // width).bit_length() - 1} merge(s) by products (same A up to "
+                              "rounding)", _blocked_inverse(width), {})
+       for part, width in (("halves", 8), ("quarters", 4), ("eighths", 2))},
     "fused_wy": ("the WY work fused after the inverse (a candidate: same AE, AZ, kg, Q_g, gamma_n; no WY launch "
                  "after it)", _FUSED_WY_EDITS, {}),
     "loads_and_gates_only": ("phase 2, the blocks below the diagonal and the diagonal products cut: loads, gates, "
