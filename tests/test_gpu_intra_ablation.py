@@ -44,6 +44,19 @@ def test_every_variant_applies_to_todays_kernel_and_changes_it():
         assert changed == stages | masked and (bool(changed) != (name == "baseline")), name
 
 
+def test_the_forward_launch_times_the_intra_candidates_as_whole_forwards(tmp_path):
+    """--launch forward takes the intra kernel's candidates only (a cut computes wrong values, which a whole forward
+    would carry on), and its output function is the module's chunk_gdn2_fwd output."""
+    assert set(ablation.FORWARD_VARIANTS) <= set(ablation.VARIANTS) and "baseline" in ablation.FORWARD_VARIANTS
+    assert all(name == "baseline" or name.startswith("inverse_by_") for name in ablation.FORWARD_VARIANTS)
+    assert ablation.TIMERS["forward"] is ablation.time_forward and ablation.LAUNCHES["forward"] is ablation.FORWARD_VARIANTS
+    module = ablation.load_variant("inverse_by_quarters", tmp_path)
+    o = ablation.forward_output(module, 1, 70, 2, "cpu")                 # K = V = 128: the tool's baseline inputs
+    o_shipped = chunk_kernels.chunk_gdn2_fwd(*chunk_kernels.baseline_inputs(1, 70, 2, device="cpu"))[0]
+    assert o.shape == (1, 70, 2, 128) and o.dtype == torch.bfloat16
+    torch.testing.assert_close(o, o_shipped, rtol=1e-2, atol=1e-2)     # bf16 outputs, one rounding apart at most
+
+
 def test_a_stale_edit_is_refused_and_unknown_names_too():
     with pytest.raises(ValueError, match="an edit matches 0 times"):
         ablation.variant_source("no_inverse", source="def f():\n    pass\n")

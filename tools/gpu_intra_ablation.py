@@ -1,7 +1,8 @@
 """Where the intra kernel's time goes: the default path's intra launch (mode 1) timed with parts of its work cut
 out of the kernel's source, or with other pipeline stages or warps, or done another way, on a GPU; JSON with
 provenance. With ``--launch wy``, the same for the WY launch (WY_VARIANTS); with ``--launch scan``, for the
-forward's scan launch, the one that writes the output (SCAN_VARIANTS).
+forward's scan launch, the one that writes the output (SCAN_VARIANTS); with ``--launch forward``, the whole
+default-path forward (``chunk_gdn2_fwd``) of the intra kernel's candidates (FORWARD_VARIANTS).
 
     python tools/gpu_intra_ablation.py --out results/h200_intra_ablation.json [--commit SHA]
         [--shapes 1x8192x16,2x8192x16] [--variants baseline,no_inverse,...] [--rounds 3] [--launch intra]
@@ -14,7 +15,9 @@ WY launch in every round, under "wy"). bf16, K = V = 128, chunk_kernels.baseline
 is the median of ``triton.testing.do_bench`` (gdn2edu.bench.measure_ms). Every variant is compiled first, then
 timed once per round, the variants in turn within each round, so that a drift of the machine during the run
 reaches all of them alike; the record keeps every round's time and the median over the rounds, and says
-"complete" only when every round finished. The edits must each match the source exactly once, so that a change
+"complete" only when every round finished. For the WY, scan and forward launches it first compares each variant's
+outputs with the baseline's on the GPU: bit for bit ("same_output_as_baseline") and by the largest difference over
+the baseline's largest entry ("difference_to_baseline"). The edits must each match the source exactly once, so that a change
 of the kernel stops the tool instead of timing something else (tests/test_gpu_intra_ablation.py checks them
 against today's source).
 """
@@ -428,7 +431,11 @@ SCAN_VARIANTS = {
     "masked_loads_2_stages": ("masked_loads with two pipeline stages instead of three", [_MASKED_LOADS, _TWO_STAGES],
                               {}),
 }
-LAUNCHES = {"intra": VARIANTS, "wy": WY_VARIANTS, "scan": SCAN_VARIANTS}
+# The intra kernel's candidates (no cuts: they compute the forward's values), timed as whole forwards (--launch
+# forward): what a switch to one would change in the time that the harness compares with FLA's.
+FORWARD_VARIANTS = {name: VARIANTS[name] for name in ("baseline", "inverse_by_squaring", "inverse_by_halves",
+                                                      "inverse_by_quarters", "inverse_by_eighths")}
+LAUNCHES = {"intra": VARIANTS, "wy": WY_VARIANTS, "scan": SCAN_VARIANTS, "forward": FORWARD_VARIANTS}
 
 
 def variant_source(name, source=None, variants=VARIANTS):
@@ -532,7 +539,18 @@ def time_scan(module, B, T, H, device):
                       rep=300)
 
 
-TIMERS = {"intra": time_intra, "wy": time_wy, "scan": time_scan}
+def forward_output(module, B, T, H, device):
+    """The output o [B, T, H, V] of the module's default-path forward at (B, T, H) on the baseline inputs."""
+    return module.chunk_gdn2_fwd(*module.baseline_inputs(B, T, H, device=device))[0]
+
+
+def time_forward(module, B, T, H, device):
+    """Median ms of the module's whole default-path forward (chunk_gdn2_fwd, no final state) at (B, T, H)."""
+    inputs = module.baseline_inputs(B, T, H, device=device)
+    return measure_ms(lambda: module.chunk_gdn2_fwd(*inputs), warmup=50, rep=300)
+
+
+TIMERS = {"intra": time_intra, "wy": time_wy, "scan": time_scan, "forward": time_forward}
 
 
 def parse_variants(text, variants=VARIANTS):
@@ -550,8 +568,8 @@ def main(argv=None):
     p.add_argument("--commit", default=None)
     p.add_argument("--shapes", type=parse_shapes, default=((1, 8192, 16), (2, 8192, 16)))
     p.add_argument("--launch", choices=sorted(LAUNCHES), default="intra",
-                   help="the launch to time: the intra kernel's (VARIANTS), the WY kernel's (WY_VARIANTS) or the "
-                        "scan's that writes the output (SCAN_VARIANTS)")
+                   help="the launch to time: the intra kernel's (VARIANTS), the WY kernel's (WY_VARIANTS), the "
+                        "scan's that writes the output (SCAN_VARIANTS), or the whole forward (FORWARD_VARIANTS)")
     p.add_argument("--variants", default=None,
                    help="comma-separated names of the launch's variants (default: all of them)")
     p.add_argument("--rounds", type=int, default=3, help="times each variant is timed, the variants in turn")
@@ -580,14 +598,19 @@ def main(argv=None):
         for name, module in modules.items():
             for s in args.shapes:
                 timed(module, *s, "cuda")                 # compile (and warm) every variant before any round
-        outputs = {"scan": scan_output, "wy": wy_outputs}.get(args.launch)
-        if outputs is not None:             # each variant's outputs against the baseline's, bit for bit, on this GPU
-            reference = modules.get("baseline") or load_variant("baseline", folder, variants)
-            result["same_output_as_baseline"] = {
-                name: {key: bool(torch.equal(outputs(module, *s, "cuda"), outputs(reference, *s, "cuda")))
-                       for key, s in shapes.items()} for name, module in modules.items()}
+        outputs = {"scan": scan_output, "wy": wy_outputs, "forward": forward_output}.get(args.launch)
+        if outputs is not None:             # each variant's outputs against the baseline's, on this GPU: bit for bit,
+            reference = modules.get("baseline") or load_variant("baseline", folder, variants)   # and by how much
+            result["same_output_as_baseline"], result["difference_to_baseline"] = {}, {}
+            for name, module in modules.items():
+                pairs = {key: (outputs(module, *s, "cuda").float(), outputs(reference, *s, "cuda").float())
+                         for key, s in shapes.items()}
+                result["same_output_as_baseline"][name] = {key: bool(torch.equal(x, y)) for key, (x, y) in pairs.items()}
+                result["difference_to_baseline"][name] = {key: float((x - y).abs().max() / y.abs().max())
+                                                          for key, (x, y) in pairs.items()}
         for name, module in modules.items():
             tiles = {"intra": {"intra_tiles": module.INTRA_TILES}, "wy": {"wy_tiles": module.WY_TILES},
+                     "forward": {"intra_tiles": module.INTRA_TILES},
                      "scan": {"scan_tiles": module.SCAN_TILES,
                               "fused_scan_stages": module.FUSED_SCAN_STAGES}}[args.launch]
             result["variants"][name] = {"description": variants[name][0], "edits": len(variants[name][1]), **tiles,
