@@ -41,7 +41,9 @@ def test_every_variant_applies_to_todays_kernel_and_changes_it():
         changed = {n for n, s in module_kernels(text).items() if module_kernels(source).get(n) != s}
         stages = {"FUSED_SCAN_STAGES"} if "stages" in name else set()       # the scan's settings alone
         masked = {"SCAN_BY_DESCRIPTOR"} if "masked" in name else set()
-        assert changed == stages | masked and (bool(changed) != (name == "baseline")), name
+        chain = {"chunk_gdn2_fwd_scan_kernel"} if "chain" in name else set()
+        warps = {"SCAN_TILES"} if "warps" in name else set()
+        assert changed == stages | masked | chain | warps and (bool(changed) != (name == "baseline")), name
 
 
 def test_the_forward_launch_times_the_intra_candidates_as_whole_forwards(tmp_path):
@@ -240,6 +242,29 @@ def test_the_masked_scan_writes_the_shipped_output(tmp_path, dtype):
     kept, kept_masked = (m._scan_states(f, None, True, p) for m in (base, masked))
     for name in ("h", "R", "ht"):
         assert torch.equal(kept[name], kept_masked[name]), name
+
+
+@pytest.mark.parametrize("name", ["one_product_chain", "one_product_chain_16bit", "one_product_chain_16bit_8_warps"])
+def test_the_scans_with_one_product_on_the_chain_compute_the_shipped_output(tmp_path, name):
+    """The one_product_chain candidates in the interpreter, float32 inputs (their products close to float32's): two
+    packed sequences whose second ends in a tail, a random initial state; the output and the final state equal the
+    shipped scan's up to float32 rounding, and the states the backward keeps too (the 16-bit variant rounds
+    kg^T AE, so only with float32 inputs is it this close)."""
+    base = ablation.load_variant("baseline", tmp_path, ablation.SCAN_VARIANTS)
+    chain = ablation.load_variant(name, tmp_path, ablation.SCAN_VARIANTS)
+    q, k, v, g, b, w = chunk_kernels.baseline_inputs(1, 300, 2, K=32, V=32, dtype=torch.float32, device="cpu")
+    cu = torch.tensor([0, 100, 300], dtype=torch.int32)
+    h0 = torch.randn(2, 2, 32, 32, generator=torch.Generator().manual_seed(3))
+    p = base._plan(q, k, v, g, b, w, None, h0, cu)
+    f = base._forward_states(q, k, v, g, b, w, h0, True, p, o=torch.empty_like(v), store_states=False)
+    o = torch.empty_like(v)
+    out = chain._scan_states(f, h0, True, p, o=o, store_states=False)
+    assert o.abs().max() > 0.01 and not torch.equal(o, f["o"])          # another order of the sums
+    torch.testing.assert_close(o, f["o"], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(out["ht"], f["ht"], rtol=1e-4, atol=1e-5)
+    kept, kept_chain = (m._scan_states(f, h0, True, p) for m in (base, chain))
+    for key in ("h", "R", "ht"):
+        torch.testing.assert_close(kept_chain[key], kept[key], rtol=1e-4, atol=1e-5)
 
 
 def test_the_wy_launch_by_host_descriptors_writes_the_shipped_outputs(tmp_path):
