@@ -51,7 +51,8 @@ def test_the_forward_launch_times_the_intra_candidates_as_whole_forwards(tmp_pat
     would carry on), and its output function is the module's chunk_gdn2_fwd output."""
     assert set(ablation.FORWARD_VARIANTS) <= set(ablation.VARIANTS) and "baseline" in ablation.FORWARD_VARIANTS
     assert all(name == "baseline" or name.startswith("inverse_by_") for name in ablation.FORWARD_VARIANTS)
-    assert ablation.TIMERS["forward"] is ablation.time_forward and ablation.LAUNCHES["forward"] is ablation.FORWARD_VARIANTS
+    assert ablation.TIMERS["forward"] is ablation.time_forward
+    assert ablation.LAUNCHES["forward"] is ablation.FORWARD_VARIANTS
     module = ablation.load_variant("inverse_by_quarters", tmp_path)
     o = ablation.forward_output(module, 1, 70, 2, "cpu")                 # K = V = 128: the tool's baseline inputs
     o_shipped = chunk_kernels.chunk_gdn2_fwd(*chunk_kernels.baseline_inputs(1, 70, 2, device="cpu"))[0]

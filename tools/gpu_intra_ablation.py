@@ -17,9 +17,9 @@ timed once per round, the variants in turn within each round, so that a drift of
 reaches all of them alike; the record keeps every round's time and the median over the rounds, and says
 "complete" only when every round finished. For the WY, scan and forward launches it first compares each variant's
 outputs with the baseline's on the GPU: bit for bit ("same_output_as_baseline") and by the largest difference over
-the baseline's largest entry ("difference_to_baseline"). The edits must each match the source exactly once, so that a change
-of the kernel stops the tool instead of timing something else (tests/test_gpu_intra_ablation.py checks them
-against today's source).
+the baseline's largest entry ("difference_to_baseline"). The edits must each match the source exactly once, so
+that a change of the kernel stops the tool instead of timing something else (tests/test_gpu_intra_ablation.py
+checks them against today's source).
 """
 
 import argparse
@@ -53,8 +53,8 @@ _SKIP_SUBSTITUTION = ("        b_A0 = _substitute_row(b_A0, b_L0, m_i)\n        
 # about four, instead of fifteen dependent row steps. tf32x3 products, as the gates' running sums take with 16-bit
 # inputs (the bf16 timing's case); A agrees with the shipped kernel's up to
 # rounding (tests/test_gpu_intra_ablation.py).
-_SQUARING_INVERSE = ("    b_A0, b_A1, b_A2, b_A3 = b_I, b_I, b_I, b_I\n    for i in range(1, BC):\n        m_i = o_c[:, None] == i\n"
-                     + _SKIP_SUBSTITUTION[0],
+_SUBSTITUTION_LOOP = "    for i in range(1, BC):\n        m_i = o_c[:, None] == i\n" + _SKIP_SUBSTITUTION[0]   # shipped
+_SQUARING_INVERSE = ("    b_A0, b_A1, b_A2, b_A3 = b_I, b_I, b_I, b_I\n" + _SUBSTITUTION_LOOP,
                      "    b_A0, b_A1, b_A2, b_A3 = b_I - b_L0, b_I - b_L1, b_I - b_L2, b_I - b_L3\n"
                      "    b_P0, b_P1, b_P2, b_P3 = b_L0, b_L1, b_L2, b_L3\n"
                      "    for _ in tl.static_range(3):\n"
@@ -67,8 +67,6 @@ _SQUARING_INVERSE = ("    b_A0, b_A1, b_A2, b_A3 = b_I, b_I, b_I, b_I\n    for i
 # two 16 x 16 products, in the launch's own precision (DOT, as the block merges after it). The substitution takes
 # W - 1 dependent row steps instead of fifteen, on row i of every sub-block at once (each row's sum masked to its
 # own sub-block), and log2(16 / W) merges follow. Same A up to rounding (tests/test_gpu_intra_ablation.py).
-_SUBSTITUTION_LOOP = ("    for i in range(1, BC):\n        m_i = o_c[:, None] == i\n" + _SKIP_SUBSTITUTION[0]
-                      + "    return b_A0, b_A1, b_A2, b_A3\n")
 _BLOCKED_HELPERS = '''@triton.jit
 def _substitute_rows(b_A, b_L, m_rows):
     """Row i of every sub-block at once (m_rows: those rows, each within its own sub-block's columns)."""
@@ -100,7 +98,7 @@ def _blocked_inverse(width):
     return [("@triton.jit\ndef _invert_unit_lower4(", _BLOCKED_HELPERS),
             ("def _invert_unit_lower4(b_L0, b_L1, b_L2, b_L3, BC: tl.constexpr):",
              "def _invert_unit_lower4(b_L0, b_L1, b_L2, b_L3, BC: tl.constexpr, DOT: tl.constexpr):"),
-            (_SUBSTITUTION_LOOP, loop + "    return b_A0, b_A1, b_A2, b_A3\n"),
+            (_SUBSTITUTION_LOOP + "    return b_A0, b_A1, b_A2, b_A3\n", loop + "    return b_A0, b_A1, b_A2, b_A3\n"),
             ("tl.where(m_strict, b_L33, 0.0), BC)", "tl.where(m_strict, b_L33, 0.0), BC, DOT)")]
 
 
@@ -285,9 +283,9 @@ VARIANTS = {
                   [('GATE_DOT: tl.constexpr = "tf32x3" if DOT == "tf32" else "ieee"', "GATE_DOT: tl.constexpr = DOT")], {}),
     "inverse_by_squaring": ("the diagonal blocks inverted by repeated squaring (same A up to rounding)",
                             [_SQUARING_INVERSE], {}),
-    **{f"inverse_by_{part}": (f"the diagonal blocks inverted by substitution on {16 // width} sub-blocks of {width} rows "
-                              f"at once, then {(16 // width).bit_length() - 1} merge(s) by products (same A up to "
-                              "rounding)", _blocked_inverse(width), {})
+    **{f"inverse_by_{part}": (f"the diagonal blocks inverted by substitution on {16 // width} sub-blocks of "
+                              f"{width} rows at once, then {(16 // width).bit_length() - 1} merge(s) by products "
+                              "(same A up to rounding)", _blocked_inverse(width), {})
        for part, width in (("halves", 8), ("quarters", 4), ("eighths", 2))},
     "fused_wy": ("the WY work fused after the inverse (a candidate: same AE, AZ, kg, Q_g, gamma_n; no WY launch "
                  "after it)", _FUSED_WY_EDITS, {}),
@@ -625,7 +623,8 @@ def main(argv=None):
             for name, module in modules.items():
                 pairs = {key: (outputs(module, *s, "cuda").float(), outputs(reference, *s, "cuda").float())
                          for key, s in shapes.items()}
-                result["same_output_as_baseline"][name] = {key: bool(torch.equal(x, y)) for key, (x, y) in pairs.items()}
+                result["same_output_as_baseline"][name] = {key: bool(torch.equal(x, y))
+                                                           for key, (x, y) in pairs.items()}
                 result["difference_to_baseline"][name] = {key: float((x - y).abs().max() / y.abs().max())
                                                           for key, (x, y) in pairs.items()}
         for name, module in modules.items():
