@@ -53,7 +53,8 @@ _SKIP_SUBSTITUTION = ("        b_A0 = _substitute_row(b_A0, b_L0, m_i)\n        
 # about four, instead of fifteen dependent row steps. tf32x3 products, as the gates' running sums take with 16-bit
 # inputs (the bf16 timing's case); A agrees with the shipped kernel's up to
 # rounding (tests/test_gpu_intra_ablation.py).
-_SUBSTITUTION_LOOP = "    for i in range(1, BC):\n        m_i = o_c[:, None] == i\n" + _SKIP_SUBSTITUTION[0]   # shipped
+# the shipped substitution loop, which the squaring and blocked candidates replace
+_SUBSTITUTION_LOOP = "    for i in range(1, BC):\n        m_i = o_c[:, None] == i\n" + _SKIP_SUBSTITUTION[0]
 _SQUARING_INVERSE = ("    b_A0, b_A1, b_A2, b_A3 = b_I, b_I, b_I, b_I\n" + _SUBSTITUTION_LOOP,
                      "    b_A0, b_A1, b_A2, b_A3 = b_I - b_L0, b_I - b_L1, b_I - b_L2, b_I - b_L3\n"
                      "    b_P0, b_P1, b_P2, b_P3 = b_L0, b_L1, b_L2, b_L3\n"
