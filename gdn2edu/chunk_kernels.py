@@ -184,24 +184,45 @@ def _largest(b_q, b_e, b_k, scale):
 
 @triton.jit
 def _substitute_row(b_A, b_L, m_i):
-    """Row i (mask m_i) of A = (I + L)^{-1}: e_i - sum_j L_ij (row j of A), with rows j < i already final."""
+    """Row i (mask m_i) of A = (I + L)^{-1}: e_i - sum_j L_ij (row j of A), with rows j < i already final. With
+    L and A block-diagonal (sub-blocks of A final above row i), m_i may mark row i of every sub-block, each only
+    within its own sub-block's columns: one step then does them all."""
     b_l = tl.sum(tl.where(m_i, b_L, 0.0), axis=0)                              # row i of L: [BC]
     return tl.where(m_i, b_A - tl.sum(b_l[:, None] * b_A, axis=0)[None, :], b_A)
 
 
 @triton.jit
-def _invert_unit_lower4(b_L0, b_L1, b_L2, b_L3, BC: tl.constexpr):
-    """(I + L)^{-1} of four strictly lower-triangular [BC, BC] tiles, by forward substitution, row by row.
-    The four substitutions are independent: one loop lets their dependent chains overlap."""
+def _merge_pairs(b_A, b_L, m_off, DOT: tl.constexpr):
+    """D - D L_off D: the inverse over pairs of neighbouring sub-blocks from D, the inverse over each, and L_off,
+    L on the links m_off that join the two of a pair."""
+    return b_A - tl.dot(b_A, tl.dot(tl.where(m_off, b_L, 0.0), b_A, input_precision=DOT), input_precision=DOT)
+
+
+@triton.jit
+def _invert_unit_lower4(b_L0, b_L1, b_L2, b_L3, BC: tl.constexpr, SUB: tl.constexpr, DOT: tl.constexpr):
+    """(I + L)^{-1} of four strictly lower-triangular [BC, BC] tiles (BC <= 16): forward substitution on
+    sub-blocks of SUB rows, row i of every sub-block in one step (SUB - 1 steps), then merges that pair the
+    sub-blocks up to BC rows (_merge_pairs, DOT products). SUB = BC is the substitution row by row. The four
+    tiles are independent: one loop lets their dependent chains overlap."""
+    tl.static_assert(BC <= 16 and BC % SUB == 0)          # BC = 16: SUB is a power of two, the merges reach BC
     o_c = tl.arange(0, BC)
     b_I = (o_c[:, None] == o_c[None, :]).to(tl.float32)
     b_A0, b_A1, b_A2, b_A3 = b_I, b_I, b_I, b_I
-    for i in range(1, BC):
-        m_i = o_c[:, None] == i
+    m_same = (o_c[:, None] // SUB) == (o_c[None, :] // SUB)                      # within one sub-block
+    for i in range(1, SUB):
+        m_i = ((o_c[:, None] % SUB) == i) & m_same
         b_A0 = _substitute_row(b_A0, b_L0, m_i)
         b_A1 = _substitute_row(b_A1, b_L1, m_i)
         b_A2 = _substitute_row(b_A2, b_L2, m_i)
         b_A3 = _substitute_row(b_A3, b_L3, m_i)
+    for d in tl.static_range(4):               # sub-blocks of SUB << d rows, paired while narrower than BC
+        if (SUB << d) < BC:
+            m_off = (((o_c[:, None] // (SUB << (d + 1))) == (o_c[None, :] // (SUB << (d + 1))))
+                     & ((o_c[:, None] // (SUB << d)) != (o_c[None, :] // (SUB << d))))
+            b_A0 = _merge_pairs(b_A0, b_L0, m_off, DOT)
+            b_A1 = _merge_pairs(b_A1, b_L1, m_off, DOT)
+            b_A2 = _merge_pairs(b_A2, b_L2, m_off, DOT)
+            b_A3 = _merge_pairs(b_A3, b_L3, m_off, DOT)
     return b_A0, b_A1, b_A2, b_A3
 
 
@@ -232,15 +253,15 @@ def _load_block(A, bos, T, i_h, row0, col0, H: tl.constexpr, BT: tl.constexpr, B
 
 @triton.jit
 def _store_inverse(A, bos, T, i_h, t0, b_L00, b_L11, b_L22, b_L33, b_L10, b_L20, b_L21, b_L30, b_L31, b_L32,
-                   H: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, DOT: tl.constexpr):
+                   H: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, SUB: tl.constexpr, DOT: tl.constexpr):
     """A = (I + L)^{-1} of one chunk from the ten [BC, BC] blocks of L (diagonal ones not yet masked), stored
-    as the chunk's [BT, BT] rows of A."""
+    as the chunk's [BT, BT] rows of A; SUB: the diagonal blocks' substitution width (_invert_unit_lower4)."""
     o_c = tl.arange(0, BC)
     m_strict = o_c[:, None] > o_c[None, :]
-    # the diagonal blocks: invert each 16 x 16 unit-triangular block by forward substitution
+    # the diagonal blocks: invert each 16 x 16 unit-triangular block, substitution on sub-blocks and merges
     b_Ai00, b_Ai11, b_Ai22, b_Ai33 = _invert_unit_lower4(
         tl.where(m_strict, b_L00, 0.0), tl.where(m_strict, b_L11, 0.0),
-        tl.where(m_strict, b_L22, 0.0), tl.where(m_strict, b_L33, 0.0), BC)
+        tl.where(m_strict, b_L22, 0.0), tl.where(m_strict, b_L33, 0.0), BC, SUB, DOT)
     # the blocks below: A_ac = -A_aa sum_{c <= d < a} L_ad A_dc, one sub-diagonal at a time
     b_Ai10 = -tl.dot(b_Ai11, tl.dot(b_L10, b_Ai00, input_precision=DOT), input_precision=DOT)
     b_Ai21 = -tl.dot(b_Ai22, tl.dot(b_L21, b_Ai11, input_precision=DOT), input_precision=DOT)
@@ -267,14 +288,15 @@ def _store_inverse(A, bos, T, i_h, t0, b_L00, b_L11, b_L22, b_L33, b_L10, b_L20,
 @triton.jit
 def chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, flags, cu_seqlens, chunk_indices, scale,
                                 H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
-                                BK: tl.constexpr, MODE: tl.constexpr, MID_LIMIT: tl.constexpr,
-                                OPERAND_LIMIT: tl.constexpr, DOT: tl.constexpr):
+                                BK: tl.constexpr, SUB: tl.constexpr, MODE: tl.constexpr,
+                                MID_LIMIT: tl.constexpr, OPERAND_LIMIT: tl.constexpr, DOT: tl.constexpr):
     """One (chunk, head), program i_t * H + i_h: A = (I + L)^{-1} and Aqk = scale * L_<=(Q_g Y^T), written as
     [T, H, BT] rows (Aqk whole, zero above the diagonal; A's blocks above it are not written). MODE 0: midpoint
     anchors on the diagonal blocks, unchecked (safe_gate). MODE 1: the same, and the chunk's flags [chunks, H]
     int32 written: bit 0 when a midpoint exponent passed MID_LIMIT (the blocks must be redone), bit 1 when it
     passed OPERAND_LIMIT less log2 of the largest operand (the backward's test, for float16). MODE 2: only the
-    chunks with bit 0, their diagonal blocks token by token."""
+    chunks with bit 0, their diagonal blocks token by token. SUB: the width of the sub-blocks on which the
+    diagonal blocks' substitution runs (SUBSTITUTION_WIDTH)."""
     i_t, i_h = tl.program_id(0) // H, tl.program_id(0) % H      # a chunk's heads: neighbouring programs
     if MODE == 2:
         if tl.load(flags + i_t * H + i_h) % 2 == 0:
@@ -316,7 +338,7 @@ def chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, flags, cu_seqlens, chunk_ind
     b_L33 = _load_block(A, bos, T, i_h, t0 + 3 * BC, 3 * BC, H, BT, BC)
     tl.debug_barrier()
     _store_inverse(A, bos, T, i_h, t0, b_L00, b_L11, b_L22, b_L33, b_L10, b_L20, b_L21, b_L30, b_L31, b_L32,
-                   H, BT, BC, DOT)
+                   H, BT, BC, SUB, DOT)
 
 
 @triton.jit
@@ -506,6 +528,11 @@ WY_TILES = {"BK": 32, "BV": 64, "num_warps": 2, "num_stages": 3}
 OUTPUT_TILES = {"BV": 128, "num_warps": 4}                # the output kernel's value block, warps (FUSE_OUTPUT off)
 INTRA_TILES = {"BK": 16, "num_warps": 1, "num_stages": 3}  # the intra kernel's key block, warps, stages
 # (a "maxnreg" entry, which a sweep may try, caps its registers per thread: more programs fit an SM, some spill)
+# The intra kernel inverts each 16 x 16 diagonal block by substitution on sub-blocks of this many rows, all at
+# once, then merges them by products (_invert_unit_lower4; 16: row by row). Of 2, 4, 8 and 16, 4 gave the fastest
+# whole forward at both long shapes of the H200's record, with A the same up to rounding (Chapter 11 asserts it
+# in "Shorter chains by blocks").
+SUBSTITUTION_WIDTH = 4
 # With 16-bit inputs, store Aqk, AE, AZ, kg, Q_g, h and R in that type (half the traffic, 16-bit tensor-core
 # products; the state and every accumulation stay float32). False keeps them in float32.
 LOW_PRECISION_INTERMEDIATES = True
@@ -750,7 +777,7 @@ def _launch_intra(q, k, g, b, A, Aqk, flags, p: _Plan, mode):
     heads of one chunk in neighbouring programs (see "Neighbouring programs" in Chapter 9)."""
     chunk_gdn2_fwd_intra_kernel[(p.chunks.shape[0] * p.H,)](
         q, k, g, b, A, Aqk, flags, p.cu, p.chunks, p.scale, H=p.H, K=p.K, BT=64, BC=16,
-        BK=min(_block_width(p.K), INTRA_TILES["BK"]), MODE=mode, MID_LIMIT=MID_LIMIT,
+        BK=min(_block_width(p.K), INTRA_TILES["BK"]), SUB=SUBSTITUTION_WIDTH, MODE=mode, MID_LIMIT=MID_LIMIT,
         OPERAND_LIMIT=_operand_limit(p.store), DOT=p.DOT, num_warps=INTRA_TILES["num_warps"],
         num_stages=INTRA_TILES["num_stages"], maxnreg=INTRA_TILES.get("maxnreg"))
 

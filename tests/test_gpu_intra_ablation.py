@@ -28,6 +28,10 @@ def test_every_variant_applies_to_todays_kernel_and_changes_it():
         assert bool(edits) != bool(tiles) or name == "baseline", name   # ... or its tiles, not both, not neither
         assert dict(chunk_kernels.INTRA_TILES, **tiles) != chunk_kernels.INTRA_TILES or not tiles, name  # really
     assert ablation.variant_source("baseline") == source
+    # the widths other than the shipped one, each a change of the setting alone (16: row by row, no merges)
+    widths = {name for name in ablation.VARIANTS if name.startswith("inverse_by_") and name != "inverse_by_squaring"}
+    assert {int(ablation.variant_source(name).split("SUBSTITUTION_WIDTH = ")[1].split()[0]) for name in widths} \
+        == set(ablation.SUBSTITUTION_WIDTHS.values()) - {chunk_kernels.SUBSTITUTION_WIDTH}
     for name, (_, edits, tiles) in ablation.WY_VARIANTS.items():      # the WY kernel's: edits only
         text = ablation.variant_source(name, variants=ablation.WY_VARIANTS)
         ast.parse(text)
@@ -53,7 +57,7 @@ def test_the_forward_launch_times_the_intra_candidates_as_whole_forwards(tmp_pat
     assert all(name == "baseline" or name.startswith("inverse_by_") for name in ablation.FORWARD_VARIANTS)
     assert ablation.TIMERS["forward"] is ablation.time_forward
     assert ablation.LAUNCHES["forward"] is ablation.FORWARD_VARIANTS
-    module = ablation.load_variant("inverse_by_quarters", tmp_path)
+    module = ablation.load_variant("inverse_by_rows", tmp_path)
     o = ablation.forward_output(module, 1, 70, 2, "cpu")                 # K = V = 128: the tool's baseline inputs
     o_shipped = chunk_kernels.chunk_gdn2_fwd(*chunk_kernels.baseline_inputs(1, 70, 2, device="cpu"))[0]
     assert o.shape == (1, 70, 2, 128) and o.dtype == torch.bfloat16
@@ -104,7 +108,7 @@ def test_refuses_to_time_without_a_gpu(tmp_path):
     assert run.returncode == 1 and "none is here" in run.stderr and not out.exists()
 
 
-@pytest.mark.parametrize("name", ["inverse_by_squaring", "inverse_by_halves", "inverse_by_quarters",
+@pytest.mark.parametrize("name", ["inverse_by_squaring", "inverse_by_rows", "inverse_by_halves",
                                   "inverse_by_eighths"])
 def test_the_inverse_candidates_compute_the_shipped_A(tmp_path, name):
     """The inverse_by_* variants are candidates, not cuts: in the interpreter their A and Aqk equal the shipped

@@ -50,57 +50,31 @@ _SKIP_SUBSTITUTION = ("        b_A0 = _substitute_row(b_A0, b_L0, m_i)\n        
 
 # A candidate, not a cut: the diagonal blocks' inverse by repeated squaring. L is strictly lower triangular, so
 # L^16 = 0 and (I + L)^{-1} = (I - L)(I + L^2)(I + L^4)(I + L^8): six 16 x 16 products per block, a chain of
-# about four, instead of fifteen dependent row steps. tf32x3 products, as the gates' running sums take with 16-bit
-# inputs (the bf16 timing's case); A agrees with the shipped kernel's up to
+# about four, instead of the shipped substitution and merges. tf32x3 products, as the gates' running sums take with
+# 16-bit inputs (the bf16 timing's case); A agrees with the shipped kernel's up to
 # rounding (tests/test_gpu_intra_ablation.py).
-# the shipped substitution loop, which the squaring and blocked candidates replace
-_SUBSTITUTION_LOOP = "    for i in range(1, BC):\n        m_i = o_c[:, None] == i\n" + _SKIP_SUBSTITUTION[0]
-_SQUARING_INVERSE = ("    b_A0, b_A1, b_A2, b_A3 = b_I, b_I, b_I, b_I\n" + _SUBSTITUTION_LOOP,
+# the shipped inverse of the diagonal blocks (substitution on sub-blocks, then merges), which the squaring replaces
+_SHIPPED_INVERSE = (
+    "    b_A0, b_A1, b_A2, b_A3 = b_I, b_I, b_I, b_I\n"
+    "    m_same = (o_c[:, None] // SUB) == (o_c[None, :] // SUB)                      # within one sub-block\n"
+    "    for i in range(1, SUB):\n        m_i = ((o_c[:, None] % SUB) == i) & m_same\n" + _SKIP_SUBSTITUTION[0]
+    + "    for d in tl.static_range(4):               # sub-blocks of SUB << d rows, paired while narrower than BC\n"
+    "        if (SUB << d) < BC:\n"
+    "            m_off = (((o_c[:, None] // (SUB << (d + 1))) == (o_c[None, :] // (SUB << (d + 1))))\n"
+    "                     & ((o_c[:, None] // (SUB << d)) != (o_c[None, :] // (SUB << d))))\n"
+    + "".join(f"            b_A{j} = _merge_pairs(b_A{j}, b_L{j}, m_off, DOT)\n" for j in range(4)))
+_SQUARING_INVERSE = (_SHIPPED_INVERSE,
                      "    b_A0, b_A1, b_A2, b_A3 = b_I - b_L0, b_I - b_L1, b_I - b_L2, b_I - b_L3\n"
                      "    b_P0, b_P1, b_P2, b_P3 = b_L0, b_L1, b_L2, b_L3\n"
                      "    for _ in tl.static_range(3):\n"
                      + "".join(f"        b_P{j} = tl.dot(b_P{j}, b_P{j}, input_precision=\"tf32x3\")\n" for j in range(4))
                      + "".join(f"        b_A{j} += tl.dot(b_A{j}, b_P{j}, input_precision=\"tf32x3\")\n" for j in range(4)))
 
-# Candidates, not cuts: the diagonal blocks' inverse by substitution on narrower blocks, then merges. With D the
-# inverse of I + L's diagonal sub-blocks of width W and L_off the part of L that links two neighbouring sub-blocks
-# of width W inside one of width 2W, (D L_off)^2 = 0, so the inverse at width 2W is (I - D L_off) D = D - D L_off D:
-# two 16 x 16 products, in the launch's own precision (DOT, as the block merges after it). The substitution takes
-# W - 1 dependent row steps instead of fifteen, on row i of every sub-block at once (each row's sum masked to its
-# own sub-block), and log2(16 / W) merges follow. Same A up to rounding (tests/test_gpu_intra_ablation.py).
-_BLOCKED_HELPERS = '''@triton.jit
-def _substitute_rows(b_A, b_L, m_rows):
-    """Row i of every sub-block at once (m_rows: those rows, each within its own sub-block's columns)."""
-    b_l = tl.sum(tl.where(m_rows, b_L, 0.0), axis=0)
-    return tl.where(m_rows, b_A - tl.sum(b_l[:, None] * b_A, axis=0)[None, :], b_A)
-
-
-@triton.jit
-def _merge_blocks(b_A, b_L, m_off, DOT: tl.constexpr):
-    """D - D L_off D for the links m_off between neighbouring sub-blocks."""
-    return b_A - tl.dot(b_A, tl.dot(tl.where(m_off, b_L, 0.0), b_A, input_precision=DOT), input_precision=DOT)
-
-
-@triton.jit
-def _invert_unit_lower4('''
-
-
-def _blocked_inverse(width):
-    """The edits of the candidate whose substitution runs on sub-blocks of ``width`` rows (16 / width of them)."""
-    loop = (f"    m_same = (o_c[:, None] // {width}) == (o_c[None, :] // {width})\n"
-            f"    for i in range(1, {width}):\n        m_i = ((o_c[:, None] % {width}) == i) & m_same\n"
-            + _SKIP_SUBSTITUTION[0].replace("_substitute_row(", "_substitute_rows("))
-    merged = width
-    while merged < 16:
-        merged *= 2
-        loop += (f"    m_off = ((o_c[:, None] // {merged}) == (o_c[None, :] // {merged})) & "
-                 f"((o_c[:, None] // {merged // 2}) != (o_c[None, :] // {merged // 2}))\n"
-                 + "".join(f"    b_A{j} = _merge_blocks(b_A{j}, b_L{j}, m_off, DOT)\n" for j in range(4)))
-    return [("@triton.jit\ndef _invert_unit_lower4(", _BLOCKED_HELPERS),
-            ("def _invert_unit_lower4(b_L0, b_L1, b_L2, b_L3, BC: tl.constexpr):",
-             "def _invert_unit_lower4(b_L0, b_L1, b_L2, b_L3, BC: tl.constexpr, DOT: tl.constexpr):"),
-            (_SUBSTITUTION_LOOP + "    return b_A0, b_A1, b_A2, b_A3\n", loop + "    return b_A0, b_A1, b_A2, b_A3\n"),
-            ("tl.where(m_strict, b_L33, 0.0), BC)", "tl.where(m_strict, b_L33, 0.0), BC, DOT)")]
+# Candidates, not cuts: the diagonal blocks' substitution on sub-blocks of another width than the shipped
+# SUBSTITUTION_WIDTH (Chapter 9's _invert_unit_lower4; 16: row by row, the kernel before the merges). Same A up to
+# rounding (tests/test_gpu_intra_ablation.py).
+_SHIPPED_WIDTH = "SUBSTITUTION_WIDTH = 4\n"
+SUBSTITUTION_WIDTHS = {"rows": 16, "halves": 8, "quarters": 4, "eighths": 2}
 
 
 # A candidate route of the issue on speed: the WY work fused into the intra kernel, after the inverse, so that the
@@ -191,9 +165,10 @@ _FUSED_WY_EDITS = [
      "    _store_block(A, bos, T, i_h, t0 + 3 * BC, 3 * BC, b_Ai33, H, BT, BC)\n"
      "    return b_Ai00, b_Ai10, b_Ai11, b_Ai20, b_Ai21, b_Ai22, b_Ai30, b_Ai31, b_Ai32, b_Ai33\n"),
     ("    _store_inverse(A, bos, T, i_h, t0, b_L00, b_L11, b_L22, b_L33, b_L10, b_L20, b_L21, b_L30, b_L31, b_L32,\n"
-     "                   H, BT, BC, DOT)\n",
+     "                   H, BT, BC, SUB, DOT)\n",
      "    b_A00, b_A10, b_A11, b_A20, b_A21, b_A22, b_A30, b_A31, b_A32, b_A33 = _store_inverse(\n"
-     "        A, bos, T, i_h, t0, b_L00, b_L11, b_L22, b_L33, b_L10, b_L20, b_L21, b_L30, b_L31, b_L32, H, BT, BC, DOT)\n"
+     "        A, bos, T, i_h, t0, b_L00, b_L11, b_L22, b_L33, b_L10, b_L20, b_L21, b_L30, b_L31, b_L32, H, BT, BC, SUB,\n"
+     "        DOT)\n"
      "    _wy_after_inverse(q, k, v, g, b, w, AE, AZ, KG, QG, GN, bos, T, t0, i_t, i_h, scale, b_A00, b_A10, b_A11,\n"
      "                      b_A20, b_A21, b_A22, b_A30, b_A31, b_A32, b_A33, H, K, V, BC, BKW, BV, DOT)\n"),
     ("        q, k, g, b, A, Aqk, flags, p.cu, p.chunks, p.scale, H=p.H, K=p.K, BT=64, BC=16,",
@@ -272,7 +247,7 @@ _GATES_KEPT_NO_BARRIER_EDITS = [edit for edit in _GATES_KEPT_EDITS if "tl.debug_
 VARIANTS = {
     "baseline": ("the shipped kernel and tiles", [], {}),
     "no_inverse": ("phase 2 cut: no read-back of L, no substitutions, no block merges, no stores of A", [_SKIP_INVERSE], {}),
-    "no_substitution": ("the four 16 x 16 forward substitutions cut (the block merges and stores kept)",
+    "no_substitution": ("the diagonal blocks' substitutions cut (their merges, the block merges and stores kept)",
                         [_SKIP_SUBSTITUTION], {}),
     "no_prefix_gates": ("the gates of the sub-chunks before each row not formed again (no loads of g, products, "
                         "prefix sums for them)", _SKIP_PREFIX, {}),
@@ -286,8 +261,8 @@ VARIANTS = {
                             [_SQUARING_INVERSE], {}),
     **{f"inverse_by_{part}": (f"the diagonal blocks inverted by substitution on {16 // width} sub-blocks of "
                               f"{width} rows at once, then {(16 // width).bit_length() - 1} merge(s) by products "
-                              "(same A up to rounding)", _blocked_inverse(width), {})
-       for part, width in (("halves", 8), ("quarters", 4), ("eighths", 2))},
+                              "(same A up to rounding)", [(_SHIPPED_WIDTH, f"SUBSTITUTION_WIDTH = {width}\n")], {})
+       for part, width in SUBSTITUTION_WIDTHS.items() if f"SUBSTITUTION_WIDTH = {width}\n" != _SHIPPED_WIDTH},
     "fused_wy": ("the WY work fused after the inverse (a candidate: same AE, AZ, kg, Q_g, gamma_n; no WY launch "
                  "after it)", _FUSED_WY_EDITS, {}),
     "loads_and_gates_only": ("phase 2, the blocks below the diagonal and the diagonal products cut: loads, gates, "
@@ -452,8 +427,7 @@ SCAN_VARIANTS = {
 }
 # The intra kernel's candidates (no cuts: they compute the forward's values), timed as whole forwards (--launch
 # forward): what a switch to one would change in the time that the harness compares with FLA's.
-FORWARD_VARIANTS = {name: VARIANTS[name] for name in ("baseline", "inverse_by_squaring", "inverse_by_halves",
-                                                      "inverse_by_quarters", "inverse_by_eighths")}
+FORWARD_VARIANTS = {name: v for name, v in VARIANTS.items() if name == "baseline" or name.startswith("inverse_by_")}
 LAUNCHES = {"intra": VARIANTS, "wy": WY_VARIANTS, "scan": SCAN_VARIANTS, "forward": FORWARD_VARIANTS}
 
 

@@ -119,12 +119,14 @@ def launches(K, V, fp32_dot=None, shared_memory=None, descriptors=False):
     # a package older than the scan by descriptors (an older commit on PYTHONPATH) had no such flag
     by_descriptor = dict(BY_DESCRIPTOR=descriptors and ck.SCAN_BY_DESCRIPTOR) if hasattr(ck, "SCAN_BY_DESCRIPTOR") \
         else {}
+    # a package older than the blocked inverse had no substitution width
+    substitution = dict(SUB=ck.SUBSTITUTION_WIDTH) if hasattr(ck, "SUBSTITUTION_WIDTH") else {}
     return [
         # the intra kernel as float32 and bf16 inputs launch it, and with float16's operand check (OPERAND_LIMIT
         # below MID_LIMIT compiles the check in; bf16 pointers stand in for float16 ones)
         *((ck.chunk_gdn2_fwd_intra_kernel, dict(H=H, K=K, BT=64, BC=16, BK=intra["BK"], MODE=mode,
                                                 MID_LIMIT=ck.MID_LIMIT, OPERAND_LIMIT=ck._operand_limit(store),
-                                                DOT=dot),
+                                                DOT=dot, **substitution),
            intra["num_warps"], intra["num_stages"], pointers)
           for dot, pointers, store in ((f32, (), torch.float32), ("tf32", INTRA_BF16, torch.bfloat16),
                                        ("tf32", INTRA_BF16, torch.float16)) for mode in (1, 2)),
