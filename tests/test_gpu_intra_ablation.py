@@ -54,7 +54,7 @@ def test_the_forward_launch_times_the_intra_candidates_as_whole_forwards(tmp_pat
     """--launch forward takes the intra kernel's candidates only (a cut computes wrong values, which a whole forward
     would carry on), and its output function is the module's chunk_gdn2_fwd output."""
     assert set(ablation.FORWARD_VARIANTS) <= set(ablation.VARIANTS) and "baseline" in ablation.FORWARD_VARIANTS
-    assert all(name == "baseline" or name.startswith("inverse_by_") for name in ablation.FORWARD_VARIANTS)
+    assert all(name == "baseline" or name.startswith(("inverse_by_", "maxnreg_")) for name in ablation.FORWARD_VARIANTS)
     assert ablation.TIMERS["forward"] is ablation.time_forward
     assert ablation.LAUNCHES["forward"] is ablation.FORWARD_VARIANTS
     module = ablation.load_variant("inverse_by_rows", tmp_path)

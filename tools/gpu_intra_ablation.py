@@ -273,6 +273,9 @@ VARIANTS = {
     "stages_2": ("two pipeline stages", [], {"num_stages": 2}),
     "stages_4": ("four pipeline stages", [], {"num_stages": 4}),
     "warps_2": ("two warps", [], {"num_warps": 2}),
+    # register caps: at 235 registers a thread (the blocked inverse's, compiled for sm_90) eight one-warp programs
+    # fit a multiprocessor; 224, 200 and 168 let 9, 10 and 12 fit, with a few bytes spilled (hopper_compile_check)
+    **{f"maxnreg_{cap}": (f"registers capped at {cap} a thread", [], {"maxnreg": cap}) for cap in (224, 200, 168)},
     "chunks_first": ("the programs in the order before: a head's chunks neighbouring (the same values)",
                      _CHUNKS_FIRST, {}),
     "gates_kept": ("the gates formed once: each row stores its G and Q_g, the later rows read G back (a candidate: "
@@ -427,7 +430,8 @@ SCAN_VARIANTS = {
 }
 # The intra kernel's candidates (no cuts: they compute the forward's values), timed as whole forwards (--launch
 # forward): what a switch to one would change in the time that the harness compares with FLA's.
-FORWARD_VARIANTS = {name: v for name, v in VARIANTS.items() if name == "baseline" or name.startswith("inverse_by_")}
+FORWARD_VARIANTS = {name: v for name, v in VARIANTS.items()
+                    if name == "baseline" or name.startswith(("inverse_by_", "maxnreg_"))}
 LAUNCHES = {"intra": VARIANTS, "wy": WY_VARIANTS, "scan": SCAN_VARIANTS, "forward": FORWARD_VARIANTS}
 
 
