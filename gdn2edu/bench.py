@@ -61,8 +61,10 @@ def forward_kernel_costs(B, T, H, K, V, chunk=64, dtype_bytes=2, fuse_output=Fal
     n, c, d, f32 = chunk, chunk // 4, dtype_bytes, 4
     units = B * H * (T // n)                                    # (chunk, head) pairs
     rows = n * units                                            # (token, head) pairs
+    w = chunk_kernels.SUBSTITUTION_WIDTH                        # the diagonal blocks' sub-blocks
     intra_flops = (20 * _dot(c, c, K)                           # 10 block pairs x (E Y^T, Q Y^T)
-                   + 4 * (c - 1) * 2 * c * c                    # 4 diagonal blocks, row by row
+                   + 4 * (w - 1) * 2 * c * c                    # 4 diagonal blocks: the substitution's row steps
+                   + 4 * 2 * _dot(c, c, c) * ((c // w).bit_length() - 1)   # and two products per merge
                    + 16 * _dot(c, c, c))                        # the six blocks below the diagonal
     costs = {
         "intra": {"flops": units * intra_flops,

@@ -307,8 +307,11 @@ def test_roofline_counts_equal_hand_counts():
     """B = 1, T = 128, H = 2, K = 32, V = 16, bf16: two chunks per head, four (chunk, head) pairs.
     Each product is listed as it appears in the kernels of Chapter 9, [m, k] x [k, p] -> 2 m k p FLOPs."""
     n, c, K, V, s, units, rows = 64, 16, 32, 16, 2, 4, 256
-    intra = 20 * [(c, K, c)] + 16 * [(c, c, c)]          # 10 block pairs x 2 scores; 16 blocks below the diagonal
-    substitution = 4 * 15 * 2 * c * c                      # 4 diagonal blocks, 15 row steps, masked tile FMA
+    # 10 block pairs x 2 scores; the 4 diagonal blocks' merges, 4-row sub-blocks to 8 rows, then to 16, two
+    # products each; 16 blocks below the diagonal
+    intra = 20 * [(c, K, c)] + 4 * 2 * 2 * [(c, c, c)] + 16 * [(c, c, c)]
+    substitution = 4 * 3 * 2 * c * c                       # 4 diagonal blocks, 3 row steps, masked tile FMA
+    assert chunk_kernels.SUBSTITUTION_WIDTH == 4           # the width these counts are for
     wy, scan, output = [(n, n, K), (n, n, V)], [(n, K, V), (K, n, V)], [(n, K, V), (n, n, V)]
     flops = {name: units * sum(2 * m * k * p for m, k, p in prods)
              for name, prods in dict(intra=intra, wy=wy, scan=scan, output=output).items()}
