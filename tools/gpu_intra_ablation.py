@@ -259,7 +259,9 @@ VARIANTS = {
                   [('GATE_DOT: tl.constexpr = "tf32x3" if DOT == "tf32" else "ieee"', "GATE_DOT: tl.constexpr = DOT")], {}),
     "inverse_by_squaring": ("the diagonal blocks inverted by repeated squaring (same A up to rounding)",
                             [_SQUARING_INVERSE], {}),
-    **{f"inverse_by_{part}": (f"the diagonal blocks inverted by substitution on {16 // width} sub-blocks of "
+    **{f"inverse_by_{part}": ("the diagonal blocks inverted by substitution row by row, no merges (the kernel before "
+                              "them; same A up to rounding)" if width == 16 else
+                              f"the diagonal blocks inverted by substitution on {16 // width} sub-blocks of "
                               f"{width} rows at once, then {(16 // width).bit_length() - 1} merge(s) by products "
                               "(same A up to rounding)", [(_SHIPPED_WIDTH, f"SUBSTITUTION_WIDTH = {width}\n")], {})
        for part, width in SUBSTITUTION_WIDTHS.items() if f"SUBSTITUTION_WIDTH = {width}\n" != _SHIPPED_WIDTH},
