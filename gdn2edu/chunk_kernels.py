@@ -533,6 +533,7 @@ INTRA_TILES = {"BK": 16, "num_warps": 1, "num_stages": 3}  # the intra kernel's 
 # whole forward at both long shapes of the H200's record, with A the same up to rounding (Chapter 11 asserts it
 # in "Shorter chains by blocks").
 SUBSTITUTION_WIDTH = 4
+_SUBSTITUTION_WIDTHS = (1, 2, 4, 8, 16)    # the widths that divide a 16-row block and double back to it
 # With 16-bit inputs, store Aqk, AE, AZ, kg, Q_g, h and R in that type (half the traffic, 16-bit tensor-core
 # products; the state and every accumulation stay float32). False keeps them in float32.
 LOW_PRECISION_INTERMEDIATES = True
@@ -766,6 +767,9 @@ def _plan(q, k, v, g, b, w, scale, initial_state, cu_seqlens, safe_gate=False, l
         _check_state("initial_state", initial_state, (N, H, K, V), q.device, "[N, H, K, V]")
     if FLOAT32_DOT not in FLOAT32_DOTS:
         raise ValueError(f"chunk_kernels.FLOAT32_DOT must be one of {FLOAT32_DOTS}, got {FLOAT32_DOT!r}")
+    if SUBSTITUTION_WIDTH not in _SUBSTITUTION_WIDTHS:
+        raise ValueError(f"chunk_kernels.SUBSTITUTION_WIDTH must be one of {_SUBSTITUTION_WIDTHS}, got "
+                         f"{SUBSTITUTION_WIDTH!r}")
     DOT = FLOAT32_DOT if q.dtype == torch.float32 else "tf32"      # 16-bit inputs: tensor cores
     # the intermediates the later kernels read: in the inputs' 16-bit type when they have one
     store = q.dtype if q.dtype in (torch.bfloat16, torch.float16) and LOW_PRECISION_INTERMEDIATES else torch.float32

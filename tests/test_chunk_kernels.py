@@ -156,6 +156,15 @@ def test_float32_dot_setting_reaches_the_plan_and_is_checked(monkeypatch):
         chunk_gdn2(*x)
 
 
+@pytest.mark.parametrize("width", [3, 32, "4"])
+def test_substitution_width_setting_is_checked(monkeypatch, width):
+    """chunk_kernels.SUBSTITUTION_WIDTH must split the 16-row diagonal blocks into sub-blocks that merges double
+    back to 16; another value is refused by name before any launch."""
+    monkeypatch.setattr(chunk_kernels, "SUBSTITUTION_WIDTH", width)
+    with pytest.raises(ValueError, match="SUBSTITUTION_WIDTH must be one of"):
+        chunk_gdn2(*_inputs())
+
+
 @pytest.mark.parametrize("kwargs, name", [(dict(B=0), "B"), (dict(T=2.5), "T"), (dict(H=True), "H"),
                                           (dict(dtype=torch.int32), "dtype")])
 def test_baseline_inputs_names_bad_arguments(kwargs, name):
