@@ -139,6 +139,53 @@ def host_ms(fn, calls=50):
     return 1e3 * elapsed / calls
 
 
+SLEEP_CYCLES_PER_MS = 2_000_000          # torch.cuda._sleep spins this many clock cycles per ms at about 2 GHz
+
+
+def l2_flush():
+    """do_bench's cache flush as a function of no arguments (CUDA only): it zeroes a buffer larger than the L2."""
+    import triton
+    driver = triton.runtime.driver.active
+    cache = driver.get_empty_cache_for_benchmark()
+    return lambda: driver.clear_cache(cache)
+
+
+def queued_gpu_ms(fn, calls=20, flush=None):
+    """The GPU's time (ms) of each of ``calls`` calls of fn with the host out of the way (CUDA only): the calls
+    are queued behind a sleep kernel twice as long as the host takes to launch them (host_ms, measured first), so
+    that the GPU runs them back to back, each between its own two events, after ``flush()`` if given (outside the
+    events). Returns (the list of times, queue held: whether the sleep outlasted the launches; if not, some of
+    the host's gaps count in)."""
+    if not callable(fn):
+        raise ValueError(f"fn must be a function of no arguments, got {type(fn).__name__}")
+    if flush is not None and not callable(flush):
+        raise ValueError(f"flush must be None or a function of no arguments, got {type(flush).__name__}")
+    check_positive_ints(calls=calls)
+
+    def call():
+        if flush is not None:
+            flush()
+        fn()
+    launch_ms = host_ms(call, calls)
+    new_event = functools.partial(torch.cuda.Event, enable_timing=True)
+    slept, woke = new_event(), new_event()
+    events = [(new_event(), new_event()) for _ in range(calls)]
+    torch.cuda.synchronize()
+    slept.record()
+    torch.cuda._sleep(int(2 * calls * launch_ms * SLEEP_CYCLES_PER_MS))
+    woke.record()
+    launched = time.perf_counter()
+    for start, end in events:
+        if flush is not None:
+            flush()
+        start.record()
+        fn()
+        end.record()
+    launched = 1e3 * (time.perf_counter() - launched)
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) for start, end in events], slept.elapsed_time(woke) > launched
+
+
 def kernel_times(fn, repeats=20):
     """{kernel name: mean device time in ms per call of fn}, from the torch profiler (CUDA only)."""
     if not callable(fn):
@@ -259,13 +306,29 @@ def _peak_mib(fn, device):
     return (torch.cuda.max_memory_allocated() - base) / 2**20
 
 
+def _host_and_gpu(row, name, fn):
+    """Put the host's time per call of fn (``name``_host_ms) and the GPU's median with the host out of the way
+    (``name``_gpu_ms, queued_gpu_ms after do_bench's flush) into row, and and-in whether the queue held. Ten
+    calls: a backward of FLA's launches dozens of kernels, and the host waits once its queue of launches fills."""
+    row[f"{name}_host_ms"] = host_ms(fn)
+    times, held = queued_gpu_ms(fn, calls=10, flush=l2_flush())
+    row[f"{name}_gpu_ms"] = statistics.median(times)
+    row["queue_held"] = row.get("queue_held", True) and held
+
+
 def time_forward_backward(fn, inputs, warmup=25, rep=100):
     """Forward, backward and forward+backward median times (ms) of a chunk function, and the peak memory of
-    one forward+backward (MiB, GPU only). The backward is the gradient onto all six inputs for a random
-    cotangent of o; it is detected, not assumed: if o carries no autograd graph, the backward fields are
-    None and "backward" says why. Returns a dict."""
+    one forward+backward (MiB, GPU only). On a GPU also, for the forward and the backward, the host's time per
+    call and the GPU's with the host out of the way (fwd_host_ms, fwd_gpu_ms, bwd_*; queue_held: every queue
+    of queued_gpu_ms held). The backward is the gradient onto all six inputs for a random cotangent of o; it
+    is detected, not assumed: if o carries no autograd graph, the backward fields are None and "backward" says
+    why. Returns a dict."""
+    gpu = inputs[0].is_cuda
     row = {"fwd_ms": measure_ms(lambda: fn(*inputs), warmup, rep), "bwd_ms": None, "fwdbwd_ms": None,
-           "peak_mib": None, "backward": "ok"}
+           "peak_mib": None, "backward": "ok", "fwd_gpu_ms": None, "bwd_gpu_ms": None, "fwd_host_ms": None,
+           "bwd_host_ms": None, "queue_held": None}
+    if gpu:
+        _host_and_gpu(row, "fwd", lambda: fn(*inputs))
     leaves = [x.detach().requires_grad_() for x in inputs]
     o = fn(*leaves)[0]
     if not o.requires_grad:
@@ -273,8 +336,12 @@ def time_forward_backward(fn, inputs, warmup=25, rep=100):
         row["peak_mib"] = _peak_mib(lambda: fn(*inputs), inputs[0].device)
         return row
     do = torch.randn_like(o)
-    row["bwd_ms"] = measure_ms(lambda: torch.autograd.grad(o, leaves, do, retain_graph=True, allow_unused=True),
-                               warmup, rep)
+
+    def backward():
+        return torch.autograd.grad(o, leaves, do, retain_graph=True, allow_unused=True)
+    row["bwd_ms"] = measure_ms(backward, warmup, rep)
+    if gpu:
+        _host_and_gpu(row, "bwd", backward)
     o = None                          # free the graph before timing whole steps
 
     def step():
@@ -719,8 +786,9 @@ def run_benchmark(argv=None):
 
 # the like-for-like pairs (ours, FLA's) whose ratios the book states
 LIKE_PAIRS = {"default": ("gdn2edu", "fla"), "safe_gate": ("gdn2edu_safe", "fla_safe")}
-RATIO_PARTS = (("fwd_ms", "fla/ours"), ("bwd_ms", "fla/ours"), ("peak_mib", "ours/fla"))
-TIME_PARTS = ("fwd_ms", "bwd_ms", "fwdbwd_ms")
+RATIO_PARTS = (("fwd_ms", "fla/ours"), ("bwd_ms", "fla/ours"), ("peak_mib", "ours/fla"), ("fwd_gpu_ms", "fla/ours"),
+               ("bwd_gpu_ms", "fla/ours"))
+TIME_PARTS = ("fwd_ms", "bwd_ms", "fwdbwd_ms", "fwd_gpu_ms", "bwd_gpu_ms", "fwd_host_ms", "bwd_host_ms")
 
 
 def _spread(values):
@@ -732,7 +800,7 @@ def summarize_processes(results):
     """Medians over processes. results: a list of bench results (one --out each) or of a combined file's
     "processes" entries (a failed child's finished rows count; one that wrote nothing is passed over).
     Returns {"ratios": [...], "times": [...]}: one record per (part, shape, pair of LIKE_PAIRS) — FLA/ours for
-    fwd_ms and bwd_ms, ours/FLA for peak_mib — and per (impl, shape, part of TIME_PARTS), each with median, min,
+    the times, ours/FLA for peak_mib (RATIO_PARTS) — and per (impl, shape, part of TIME_PARTS), each with median, min,
     max, count and the values in order, and "rows": "forward" (the operator) or the EXTENSION_PARTS name."""
     if not isinstance(results, (list, tuple)):
         raise ValueError(f"results must be a list of bench results or of \"processes\" entries, "
@@ -944,13 +1012,14 @@ def format_tables(result):
         if not result.get(key):
             continue
         lines += ["", f"{key + ' B x T x H':>22} {'impl':>14} {'fwd ms':>9} {'bwd ms':>9} {'fwd+bwd':>9} "
-                      f"{'peak MiB':>9}  status"]
+                      f"{'peak MiB':>9} {'fwd GPU':>9} {'bwd GPU':>9} {'fwd host':>9}  status"]
         for r in result[key]:
             status = r["status"] if r["status"] != "ok" else ("ok" if r["backward"] == "ok" else
                                                                "backward " + r["backward"])
             lines.append(f"{r['B']:>12}x{r['T']:>5}x{r['H']:<3} {r['impl']:>14} {_fmt(r.get('fwd_ms')):>9} "
                          f"{_fmt(r.get('bwd_ms')):>9} {_fmt(r.get('fwdbwd_ms')):>9} "
-                         f"{_fmt(r.get('peak_mib'), '.0f'):>9}  {status}")
+                         f"{_fmt(r.get('peak_mib'), '.0f'):>9} {_fmt(r.get('fwd_gpu_ms')):>9} "
+                         f"{_fmt(r.get('bwd_gpu_ms')):>9} {_fmt(r.get('fwd_host_ms')):>9}  {status}")
     if result["decode"]:
         lines += ["", f"{'decode B':>14} {'impl':>14} {'ms':>9}  status"]
         for r in result["decode"]:
@@ -987,14 +1056,14 @@ def format_summary(combined):
             f", checks passed {sum(r['passed'] is True for r in checks)} of {len(checks)}" if checks else ""))
     ratios, times = combined["summary"]["ratios"], combined["summary"]["times"]
     if ratios:
-        lines += ["", f"{'rows':>8} {'part':>8} {'pair':>9} {'B x T x H':>14} {'ratio':>8} {'median':>7} {'min':>7} "
+        lines += ["", f"{'rows':>8} {'part':>10} {'pair':>9} {'B x T x H':>14} {'ratio':>8} {'median':>7} {'min':>7} "
                       f"{'max':>7}  n"]
-        lines += [f"{r['rows']:>8} {r['part']:>8} {r['pair']:>9} {r['B']:>4}x{r['T']:>5}x{r['H']:<3} {r['ratio']:>8} "
+        lines += [f"{r['rows']:>8} {r['part']:>10} {r['pair']:>9} {r['B']:>4}x{r['T']:>5}x{r['H']:<3} {r['ratio']:>8} "
                   f"{r['median']:7.3f} {r['min']:7.3f} {r['max']:7.3f}  {r['count']}" for r in ratios]
     if times:
-        lines += ["", f"{'rows':>8} {'impl':>14} {'B x T x H':>14} {'part':>9} {'median ms':>9} {'min':>9} "
+        lines += ["", f"{'rows':>8} {'impl':>14} {'B x T x H':>14} {'part':>11} {'median ms':>9} {'min':>9} "
                       f"{'max':>9}  n"]
-        lines += [f"{r['rows']:>8} {r['impl']:>14} {r['B']:>4}x{r['T']:>5}x{r['H']:<3} {r['part']:>9} {r['median']:9.3f} "
+        lines += [f"{r['rows']:>8} {r['impl']:>14} {r['B']:>4}x{r['T']:>5}x{r['H']:<3} {r['part']:>11} {r['median']:9.3f} "
                   f"{r['min']:9.3f} {r['max']:9.3f}  {r['count']}" for r in times]
     return "\n".join(lines)
 

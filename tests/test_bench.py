@@ -509,6 +509,17 @@ def test_host_ms_refuses_a_count_that_is_not_a_positive_int():
         bench.host_ms(None)
 
 
+@pytest.mark.parametrize("fn, calls, flush, message", [
+    (None, 20, None, "fn must be a function of no arguments, got NoneType"),
+    (lambda: None, 0, None, "calls must be a positive int"),
+    (lambda: None, 2.0, None, "calls must be a positive int"),
+    (lambda: None, True, None, "calls must be a positive int"),
+    (lambda: None, 20, "flush", "flush must be None or a function of no arguments, got str")])
+def test_queued_gpu_ms_refuses_bad_arguments_by_name(fn, calls, flush, message):
+    with pytest.raises(ValueError, match=message):
+        bench.queued_gpu_ms(fn, calls, flush)
+
+
 def test_the_ceilings_are_measured_after_every_timing():
     """Their bf16 matmuls at full power slowed whatever was timed next (Chapter 11, "Ceilings last"): however the
     parts are listed, the ceilings step comes last."""
