@@ -313,7 +313,7 @@ def _host_and_gpu(row, name, fn):
     row[f"{name}_host_ms"] = host_ms(fn)
     times, held = queued_gpu_ms(fn, calls=10, flush=l2_flush())
     row[f"{name}_gpu_ms"] = statistics.median(times)
-    row["queue_held"] = row.get("queue_held", True) and held
+    row["queue_held"] = held if row["queue_held"] is None else row["queue_held"] and held
 
 
 def time_forward_backward(fn, inputs, warmup=25, rep=100):
