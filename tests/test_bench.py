@@ -150,6 +150,28 @@ def test_summary_of_the_harness_record(root):
         assert r["count"] == 3 and r["median"] == statistics.median(by_hand)
 
 
+def test_summary_of_the_gpu_time_record(root):
+    """results/h200_bench_harness_gpu_time.json, which Chapter 11's "The host out of the way" reads: three measured
+    processes after a warm-up, every queue held, its stored summary is what summarize_processes gives on them, and
+    it holds FLA/ours of the GPU times (forward and backward) for both pairs at the four shapes, each the median of
+    the per-process ratios read from the rows."""
+    record = json.loads((root / "results" / "h200_bench_harness_gpu_time.json").read_text())
+    processes = record["processes"]
+    assert record["warmup_process"]["role"] == "warm-up" and len(processes) == 3
+    assert all(p["status"] == "ok" and p["role"] == "measured" for p in processes)
+    assert summarize_processes(processes) == record["summary"]
+    rows = [r for p in processes for r in p["result"]["forward"]]
+    assert len(rows) == 3 * 4 * 4 and all(r["queue_held"] is True for r in rows)
+    gpu = [r for r in record["summary"]["ratios"] if r["part"] in ("fwd_gpu_ms", "bwd_gpu_ms")]
+    assert {(r["pair"], r["part"]) for r in gpu} == {(pair, part) for pair in ("default", "safe_gate")
+                                                    for part in ("fwd_gpu_ms", "bwd_gpu_ms")} and len(gpu) == 16
+    for r in gpu:
+        by_hand = [{x["impl"]: x for x in p["result"]["forward"] if (x["B"], x["T"]) == (r["B"], r["T"])}
+                   for p in processes]
+        assert r["count"] == 3 and r["median"] == statistics.median(x[r["fla"]][r["part"]] / x[r["ours"]][r["part"]]
+                                                                     for x in by_hand)
+
+
 def test_forward_rows_picks_one_pair_or_implementation_of_the_forward(root):
     """bench.forward_rows on the harness record: the default pair's FLA/ours and our own fwd_ms medians at the four
     shapes, each the stored summary's record; a part and key that do not go together are refused by name."""
