@@ -306,14 +306,12 @@ def _peak_mib(fn, device):
     return (torch.cuda.max_memory_allocated() - base) / 2**20
 
 
-def _host_and_gpu(row, name, fn):
-    """Put the host's time per call of fn (``name``_host_ms) and the GPU's median with the host out of the way
-    (``name``_gpu_ms, queued_gpu_ms after do_bench's flush) into row, and and-in whether the queue held. Ten
-    calls: a backward of FLA's launches dozens of kernels, and the host waits once its queue of launches fills."""
-    row[f"{name}_host_ms"] = host_ms(fn)
-    times, held = queued_gpu_ms(fn, calls=10, flush=l2_flush())
-    row[f"{name}_gpu_ms"] = statistics.median(times)
-    row["queue_held"] = held if row["queue_held"] is None else row["queue_held"] and held
+def host_and_gpu_ms(fn, flush=None, calls=10):
+    """(host_ms of fn, the median of queued_gpu_ms's ``calls`` times after ``flush()``, whether its queue held).
+    Ten calls by default: a backward of FLA's launches dozens of kernels, and the host waits once its queue of
+    launches fills."""
+    times, held = queued_gpu_ms(fn, calls, flush)       # first: it checks the arguments before any work
+    return host_ms(fn), statistics.median(times), held
 
 
 def time_forward_backward(fn, inputs, warmup=25, rep=100):
@@ -323,12 +321,12 @@ def time_forward_backward(fn, inputs, warmup=25, rep=100):
     of queued_gpu_ms held). The backward is the gradient onto all six inputs for a random cotangent of o; it
     is detected, not assumed: if o carries no autograd graph, the backward fields are None and "backward" says
     why. Returns a dict."""
-    gpu = inputs[0].is_cuda
+    flush = l2_flush() if inputs[0].is_cuda else None
     row = {"fwd_ms": measure_ms(lambda: fn(*inputs), warmup, rep), "bwd_ms": None, "fwdbwd_ms": None,
            "peak_mib": None, "backward": "ok", "fwd_gpu_ms": None, "bwd_gpu_ms": None, "fwd_host_ms": None,
            "bwd_host_ms": None, "queue_held": None}
-    if gpu:
-        _host_and_gpu(row, "fwd", lambda: fn(*inputs))
+    if flush is not None:
+        row["fwd_host_ms"], row["fwd_gpu_ms"], row["queue_held"] = host_and_gpu_ms(lambda: fn(*inputs), flush)
     leaves = [x.detach().requires_grad_() for x in inputs]
     o = fn(*leaves)[0]
     if not o.requires_grad:
@@ -340,8 +338,9 @@ def time_forward_backward(fn, inputs, warmup=25, rep=100):
     def backward():
         return torch.autograd.grad(o, leaves, do, retain_graph=True, allow_unused=True)
     row["bwd_ms"] = measure_ms(backward, warmup, rep)
-    if gpu:
-        _host_and_gpu(row, "bwd", backward)
+    if flush is not None:
+        row["bwd_host_ms"], row["bwd_gpu_ms"], held = host_and_gpu_ms(backward, flush)
+        row["queue_held"] = row["queue_held"] and held
     o = None                          # free the graph before timing whole steps
 
     def step():
@@ -800,8 +799,8 @@ def summarize_processes(results):
     """Medians over processes. results: a list of bench results (one --out each) or of a combined file's
     "processes" entries (a failed child's finished rows count; one that wrote nothing is passed over).
     Returns {"ratios": [...], "times": [...]}: one record per (part, shape, pair of LIKE_PAIRS) — FLA/ours for
-    the times, ours/FLA for peak_mib (RATIO_PARTS) — and per (impl, shape, part of TIME_PARTS), each with median, min,
-    max, count and the values in order, and "rows": "forward" (the operator) or the EXTENSION_PARTS name."""
+    the times, ours/FLA for peak_mib (RATIO_PARTS) — and per (impl, shape, part of TIME_PARTS), each with median,
+    min, max, count and the values in order, and "rows": "forward" (the operator) or the EXTENSION_PARTS name."""
     if not isinstance(results, (list, tuple)):
         raise ValueError(f"results must be a list of bench results or of \"processes\" entries, "
                          f"got {type(results).__name__}")
@@ -1063,8 +1062,8 @@ def format_summary(combined):
     if times:
         lines += ["", f"{'rows':>8} {'impl':>14} {'B x T x H':>14} {'part':>11} {'median ms':>9} {'min':>9} "
                       f"{'max':>9}  n"]
-        lines += [f"{r['rows']:>8} {r['impl']:>14} {r['B']:>4}x{r['T']:>5}x{r['H']:<3} {r['part']:>11} {r['median']:9.3f} "
-                  f"{r['min']:9.3f} {r['max']:9.3f}  {r['count']}" for r in times]
+        lines += [f"{r['rows']:>8} {r['impl']:>14} {r['B']:>4}x{r['T']:>5}x{r['H']:<3} {r['part']:>11} "
+                  f"{r['median']:9.3f} {r['min']:9.3f} {r['max']:9.3f}  {r['count']}" for r in times]
     return "\n".join(lines)
 
 

@@ -538,8 +538,9 @@ def test_host_ms_refuses_a_count_that_is_not_a_positive_int():
     (lambda: None, True, None, "calls must be a positive int"),
     (lambda: None, 20, "flush", "flush must be None or a function of no arguments, got str")])
 def test_queued_gpu_ms_refuses_bad_arguments_by_name(fn, calls, flush, message):
-    with pytest.raises(ValueError, match=message):
-        bench.queued_gpu_ms(fn, calls, flush)
+    for timer in (bench.queued_gpu_ms, bench.host_and_gpu_ms):       # the second passes its arguments on
+        with pytest.raises(ValueError, match=message):
+            timer(fn, calls=calls, flush=flush)
 
 
 def test_the_ceilings_are_measured_after_every_timing():

@@ -1,5 +1,6 @@
 """Does a training step on chunk_gdn2 capture in a CUDA graph, and what does the capture save? On a GPU, JSON
-with provenance (Chapter 11's "The host out of the way" reads it).
+with provenance (no H200 record of it yet; Chapter 11's "The host out of the way" found the host time it would
+save).
 
     python tools/gpu_graph_capture.py --out results/h200_graph_capture.json [--commit SHA]
         [--shapes 1x8192x16,4x2048x16,8x1024x16,2x8192x16] [--rounds 5]
@@ -8,19 +9,18 @@ A step is chunk_gdn2's forward and the gradients onto its six inputs for a fixed
 128, chunk_kernels.baseline_inputs). At each shape the tool runs the step eagerly, captures it in a
 torch.cuda.CUDAGraph (after warm-up calls on a side stream, as PyTorch asks), replays the graph, and asserts that
 the replay's output and gradients equal the eager step's bit for bit. Then each round times, eager and replayed in
-turn: the host's time per call (gdn2edu.bench.host_ms), the GPU's with the host out of the way (median of
-gdn2edu.bench.queued_gpu_ms after do_bench's flush) and do_bench's median (gdn2edu.bench.measure_ms).
+turn: the host's time per call and the GPU's with the host out of the way, after do_bench's flush
+(gdn2edu.bench.host_and_gpu_ms, as the harness times a row), and do_bench's median (gdn2edu.bench.measure_ms).
 """
 
 import argparse
 import json
-import statistics
 from pathlib import Path
 
 import torch
 
 import gdn2edu
-from gdn2edu.bench import gpu_record, host_ms, l2_flush, measure_ms, parse_shapes, queued_gpu_ms
+from gdn2edu.bench import gpu_record, host_and_gpu_ms, l2_flush, measure_ms, parse_shapes
 from gdn2edu.chunk_kernels import baseline_inputs
 from gdn2edu.inputs import check_positive_ints
 
@@ -52,8 +52,8 @@ def captured(step, warmup=3):
 
 def timings(fn, flush):
     """{host_ms, gpu_ms, queue_held, do_bench_ms} of fn, as Chapter 11's harness times a row."""
-    gpu, held = queued_gpu_ms(fn, calls=10, flush=flush)
-    return dict(host_ms=host_ms(fn), gpu_ms=statistics.median(gpu), queue_held=held, do_bench_ms=measure_ms(fn))
+    host, gpu, held = host_and_gpu_ms(fn, flush)
+    return dict(host_ms=host, gpu_ms=gpu, queue_held=held, do_bench_ms=measure_ms(fn))
 
 
 def shape_row(B, T, H, rounds, flush):
@@ -72,7 +72,8 @@ def shape_row(B, T, H, rounds, flush):
     row = {"B": B, "T": T, "H": H, "replay_equals_eager": equal, "rounds": []}
     for _ in range(rounds):
         row["rounds"].append({"eager": timings(step, flush), "graph": timings(graph.replay, flush)})
-        print(f"{B}x{T}x{H} " + "  ".join(f"{k} " + " ".join(f"{q} {v:.3f}" for q, v in r.items() if q != "queue_held")
+        print(f"{B}x{T}x{H} " + "  ".join(f"{k} " + " ".join(f"{q} {v:.3f}" for q, v in r.items()
+                                                           if q != "queue_held")
                                           for k, r in row["rounds"][-1].items()), flush=True)
     return row
 
