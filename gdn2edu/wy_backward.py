@@ -14,7 +14,8 @@ def strict_lower(x):
 
 
 def wy_chunk_adjoints(A, E, Z, S, R_bar):
-    """The 7-product graph up to the mask: everything except the interaction products with Y and E.
+    """The 7-product graph up to the mask: everything except the interaction products with Y and E; and
+    S_bar = -(A E)^T R_bar, two products more, which the count leaves to the state scan.
 
     A: [..., n, n]; E: [..., n, d_k]; Z: [..., n, d_v]; S: [..., d_k, d_v]; R_bar: [..., n, d_v].
     Returns (Z_bar, E_dir, L_bar, S_bar): E_dir [..., n, d_k] is E's adjoint through E S, and
