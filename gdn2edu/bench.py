@@ -314,6 +314,14 @@ def host_and_gpu_ms(fn, flush=None, calls=10):
     return host_ms(fn), statistics.median(times), held
 
 
+def time_host_and_gpu(row, part, fn, flush):
+    """On a GPU (``flush`` not None), row[part + "_host_ms"] and row[part + "_gpu_ms"] of host_and_gpu_ms(fn,
+    flush), and row["queue_held"] and-ed with its queue's (None before: True); on the CPU, nothing."""
+    if flush is not None:
+        row[f"{part}_host_ms"], row[f"{part}_gpu_ms"], held = host_and_gpu_ms(fn, flush)
+        row["queue_held"] = held and row.get("queue_held") is not False
+
+
 def time_forward_backward(fn, inputs, warmup=25, rep=100):
     """Forward, backward and forward+backward median times (ms) of a chunk function, and the peak memory of
     one forward+backward (MiB, GPU only). On a GPU also, for the forward and the backward, the host's time per
@@ -325,8 +333,7 @@ def time_forward_backward(fn, inputs, warmup=25, rep=100):
     row = {"fwd_ms": measure_ms(lambda: fn(*inputs), warmup, rep), "bwd_ms": None, "fwdbwd_ms": None,
            "peak_mib": None, "backward": "ok", "fwd_gpu_ms": None, "bwd_gpu_ms": None, "fwd_host_ms": None,
            "bwd_host_ms": None, "queue_held": None}
-    if flush is not None:
-        row["fwd_host_ms"], row["fwd_gpu_ms"], row["queue_held"] = host_and_gpu_ms(lambda: fn(*inputs), flush)
+    time_host_and_gpu(row, "fwd", lambda: fn(*inputs), flush)
     leaves = [x.detach().requires_grad_() for x in inputs]
     o = fn(*leaves)[0]
     if not o.requires_grad:
@@ -338,9 +345,7 @@ def time_forward_backward(fn, inputs, warmup=25, rep=100):
     def backward():
         return torch.autograd.grad(o, leaves, do, retain_graph=True, allow_unused=True)
     row["bwd_ms"] = measure_ms(backward, warmup, rep)
-    if flush is not None:
-        row["bwd_host_ms"], row["bwd_gpu_ms"], held = host_and_gpu_ms(backward, flush)
-        row["queue_held"] = row["queue_held"] and held
+    time_host_and_gpu(row, "bwd", backward, flush)
     o = None                          # free the graph before timing whole steps
 
     def step():

@@ -43,7 +43,9 @@ def fla_layer_class():
 def time_layer(layer, x, warmup=25, rep=100):
     """Median times (ms) of a layer's forward without autograd, of its backward, and of a training step's forward +
     backward (the gradient onto x [B, T, hidden] and every parameter, for a fixed random cotangent), and the
-    peak memory of one step (MiB, GPU only): a dict in the layout of the benchmark's "forward" rows."""
+    peak memory of one step (MiB, GPU only); on a GPU also, for the forward and the backward, the host's time
+    per call and the GPU's with the host out of the way (Chapter 11's time_host_and_gpu): a dict in the layout
+    of the benchmark's "forward" rows."""
     from gdn2edu import bench          # here, not at the top: importing the package must not run bench
     if not isinstance(layer, torch.nn.Module):
         raise ValueError(f"layer must be a torch.nn.Module, got {type(layer).__name__}")
@@ -62,9 +64,16 @@ def time_layer(layer, x, warmup=25, rep=100):
         layer.zero_grad(set_to_none=True)
         xi.grad = None
         layer(xi)[0].backward(do)
-    row = {"fwd_ms": bench.measure_ms(forward, warmup, rep)}
+    flush = bench.l2_flush() if x.is_cuda else None
+    row = {"fwd_ms": bench.measure_ms(forward, warmup, rep), "fwd_gpu_ms": None, "bwd_gpu_ms": None,
+           "fwd_host_ms": None, "bwd_host_ms": None, "queue_held": None}
+    bench.time_host_and_gpu(row, "fwd", forward, flush)
     o = layer(xi)[0]
-    row["bwd_ms"] = bench.measure_ms(lambda: o.backward(do, retain_graph=True), warmup, rep)
+
+    def backward():
+        o.backward(do, retain_graph=True)
+    row["bwd_ms"] = bench.measure_ms(backward, warmup, rep)
+    bench.time_host_and_gpu(row, "bwd", backward, flush)
     o = None                                     # free the graph before timing whole steps
     row["fwdbwd_ms"] = bench.measure_ms(step, warmup, rep)
     row["peak_mib"] = bench._peak_mib(step, x.device)

@@ -159,8 +159,8 @@ class GatedDeltaNet2(nn.Module):
 
 
 def _gates(self, x, raw_decay=False):
-    """x: [B, T, d]. Returns g, b [B, T, H, K] and w [B, T, H, V] per query-key head (before grouping,
-    w already per value head: [B, T, H_v, V]). g is the log-decay, by Chapter 8's gate_activation (bounded
+    """x: [B, T, d]. Returns g, b [B, T, H, K] per query-key head (before grouping) and w [B, T, H_v, V] per
+    value head. g is the log-decay, by Chapter 8's gate_activation (bounded
     with safe_gate); with raw_decay (member "gdn2") it is the logits f(x), for the kernel's use_gate_in_kernel."""
     H, K, V, Hv = self.num_heads, self.head_k_dim, self.head_v_dim, self.num_v_heads
     dtype = compute_dtype(x)

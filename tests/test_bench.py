@@ -399,12 +399,31 @@ def test_layer_part_is_registered_and_summarised():
     rows = {r["impl"]: r for r in run["layer"]}
     assert sorted(rows) == ["fla", "gdn2edu"] and rows["gdn2edu"]["status"] == "ok"
     assert rows["fla"]["status"] != "ok" and run["forward"] == []
+    assert all(rows["gdn2edu"][part] is None for part in ("fwd_gpu_ms", "bwd_gpu_ms", "fwd_host_ms", "bwd_host_ms",
+                                                          "queue_held"))      # the host-free times need a GPU
     summary = summarize_processes([run, run])
     assert {(r["rows"], r["impl"], r["part"]) for r in summary["times"]} == {
         ("layer", "gdn2edu", part) for part in ("fwd_ms", "bwd_ms", "fwdbwd_ms")}
     assert all(r["count"] == 2 for r in summary["times"])
     with pytest.raises(ValueError, match="--parts"):
         run_benchmark(["--device", "cpu", "--parts", "layers"])
+
+
+def test_time_host_and_gpu_fills_one_part_and_ands_the_queues(monkeypatch):
+    """time_host_and_gpu: nothing without a flush (the CPU); with one, the part's host and GPU times from
+    host_and_gpu_ms, and queue_held true only while every queue so far held."""
+    from gdn2edu import bench
+    row = {"queue_held": None}
+    bench.time_host_and_gpu(row, "fwd", lambda: None, None)
+    assert row == {"queue_held": None}
+    answers = iter([(1.0, 2.0, True), (3.0, 4.0, False), (5.0, 6.0, True)])
+    monkeypatch.setattr(bench, "host_and_gpu_ms", lambda fn, flush: next(answers))
+    bench.time_host_and_gpu(row, "fwd", lambda: None, object())
+    assert row == {"queue_held": True, "fwd_host_ms": 1.0, "fwd_gpu_ms": 2.0}
+    bench.time_host_and_gpu(row, "bwd", lambda: None, object())
+    assert row["queue_held"] is False and (row["bwd_host_ms"], row["bwd_gpu_ms"]) == (3.0, 4.0)
+    bench.time_host_and_gpu(row, "bwd", lambda: None, object())
+    assert row["queue_held"] is False                             # a queue that did not hold stays on record
 
 
 def test_time_layer_names_its_arguments():
