@@ -62,7 +62,7 @@ def chunk_gdn2_bwd_scan_kernel(Aqk, QG, AE, KG, GN, do, dR, dh, dht, dh0, cu_seq
 # Tiles of the backward kernels: value and key blocks, warps, pipeline stages; module-level tables
 # so that a tuning run can try others. The scan's value block "auto" is chosen per call (_scan_value_block,
 # Chapter 9's rule for both scans).
-# With float32 intermediates the scan's tiles leave room for one stage only, as in the forward's scan.
+# With float32 intermediates, or K > 128, the scan's tiles leave room for one stage only, as in the forward's scan.
 BWD_SCAN_TILES = {"BV": "auto", "num_warps": 4, "num_stages": 3}
 BWD_LOCAL_TILES = {"BV": 128, "num_warps": 4, "num_stages": 1}
 BWD_INPUTS_TILES = {"BK": 128, "BV": 64, "num_warps": 8, "num_stages": 2}
