@@ -532,7 +532,8 @@ def _schedule(offsets, BT, device):
     return torch.tensor(offsets, **as_int32), torch.tensor(pairs, **as_int32), torch.tensor(firsts, **as_int32)
 
 
-# Tiles of the scan kernel for K > 64: value-block width, warps and pipeline stages, and of the other kernels.
+# Tiles of the scan kernel (its num_warps only where BK > 64): value-block width, warps and pipeline stages, and
+# of the other kernels.
 # Set by the recorded sweeps of tools/gpu_forward_sweep.py on an H200 (results/h200_forward_sweep_run*.json;
 # Chapter 9 asserts each table is its sweep's winner); module-level tables so that a tuning run can try others.
 SCAN_TILES = {"BV": "auto", "num_warps": 4, "num_stages": 4}  # "auto": _one_wave_block, per call
