@@ -7,7 +7,6 @@ import contextlib
 import contextvars
 import functools
 import os
-import weakref
 from typing import NamedTuple
 
 import torch
@@ -489,15 +488,9 @@ def chunk_gdn2_fwd_output_kernel(QG, h, Aqk, R, o, cu_seqlens, chunk_indices,
     tl.store(p_o, b_O.to(p_o.dtype.element_ty), mask=m_o)
 
 
-# the last cu_seqlens read: (a weak reference to it, its version counter, T, its offsets)
-_LAST_OFFSETS = [None]
-
-
 def _check_cu_seqlens(cu_seqlens, B, T):
     """Validate packed-sequence offsets [N + 1]; return them as a tuple of ints. Reading them makes the host wait
-    for a GPU tensor; the same tensor passed again, unchanged since (its version counter, which every in-place
-    edit bumps), is not read again: a forward and its backward read once, and a CUDA graph can capture a call
-    after one warm-up call with the tensor it will replay."""
+    for a GPU tensor, not for a CPU one (the kernels get a device copy of the program map, _schedule's)."""
     if not isinstance(cu_seqlens, torch.Tensor):
         raise ValueError(f"cu_seqlens must be a torch.Tensor, got {type(cu_seqlens).__name__}")
     if cu_seqlens.dtype not in (torch.int32, torch.int64):
@@ -506,14 +499,9 @@ def _check_cu_seqlens(cu_seqlens, B, T):
         raise ValueError(f"cu_seqlens must be 1-D [N + 1] with N >= 1, got shape {tuple(cu_seqlens.shape)}")
     if B != 1:
         raise ValueError(f"with cu_seqlens the batch must be 1 (sequences packed along T), got B = {B}")
-    version = None if cu_seqlens.is_inference() else cu_seqlens._version    # inference tensors keep no counter
-    last = _LAST_OFFSETS[0]
-    if version is not None and last is not None and last[0]() is cu_seqlens and last[1:3] == (version, T):
-        return last[3]
     offsets = tuple(cu_seqlens.tolist())
     if offsets[0] != 0 or offsets[-1] != T or any(a >= c for a, c in zip(offsets, offsets[1:])):
         raise ValueError(f"cu_seqlens must start at 0, increase strictly and end at T = {T}, got {list(offsets)}")
-    _LAST_OFFSETS[0] = None if version is None else (weakref.ref(cu_seqlens), version, T, offsets)
     return offsets
 
 
