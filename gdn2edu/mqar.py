@@ -22,7 +22,7 @@ def mqar_batch(batch_size, num_pairs, num_queries, num_keys, num_values, overwri
 
     Each row: num_pairs (key, value) pairs with distinct keys; then ``overwrites`` of those keys re-bound to
     new values (each different from the key's old value); then num_queries distinct bound keys, each followed
-    by its latest value (the overwritten keys are asked first, in random order among the queries).
+    by its latest value (every overwritten key is among the queries, in random order).
     Returns (inputs [B, L] long, labels [B, L] long with the answer at each query key and -100 elsewhere),
     L = 2 * (num_pairs + overwrites + num_queries).
     """
@@ -40,7 +40,7 @@ def mqar_batch(batch_size, num_pairs, num_queries, num_keys, num_values, overwri
 
     keys = permutations(num_keys)[:, :P]                                           # distinct per row
     values = torch.randint(num_values, (B, P), generator=gen)
-    order = permutations(P)                           # the first O pair indices are re-bound, asked first
+    order = permutations(P)                           # the first O pair indices are re-bound, all asked
     which = order[:, :O]
     shift = torch.randint(1, num_values, (B, O), generator=gen)
     latest = values.scatter(1, which, (values.gather(1, which) + shift) % num_values)   # never the old value

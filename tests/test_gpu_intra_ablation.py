@@ -65,8 +65,8 @@ def test_the_forward_launch_times_the_intra_candidates_as_whole_forwards(tmp_pat
     torch.testing.assert_close(o, o_shipped, rtol=1e-2, atol=1e-2)     # bf16 outputs, one rounding apart at most
 
 
-def test_programmatic_launch_changes_the_three_forward_kernels_and_asks_for_pdl_on_sm_90_only(tmp_path,
-                                                                                               monkeypatch):
+def test_programmatic_launch_changes_the_three_forward_kernels_and_asks_for_pdl_on_sm_90_and_newer(
+        tmp_path, monkeypatch):
     """programmatic_launch edits the intra, WY and scan kernels (a PDL switch, off by default) and their launches;
     its options are asked for on a GPU of compute capability 9 or more only, so in the interpreter its forward is
     the shipped one, bit for bit (the interpreter cannot run the wait: its compile for sm_90 is the next test)."""
