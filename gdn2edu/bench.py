@@ -314,6 +314,10 @@ def host_and_gpu_ms(fn, flush=None, calls=10):
     return host_ms(fn), statistics.median(times), held
 
 
+# the fields a GPU row gains from time_host_and_gpu, None on the CPU
+HOST_AND_GPU_FIELDS = ("fwd_gpu_ms", "bwd_gpu_ms", "fwd_host_ms", "bwd_host_ms", "queue_held")
+
+
 def time_host_and_gpu(row, part, fn, flush):
     """On a GPU (``flush`` not None), row[part + "_host_ms"] and row[part + "_gpu_ms"] of host_and_gpu_ms(fn,
     flush), and row["queue_held"] and-ed with its queue's (None before: True); on the CPU, nothing."""
@@ -331,8 +335,7 @@ def time_forward_backward(fn, inputs, warmup=25, rep=100):
     why. Returns a dict."""
     flush = l2_flush() if inputs[0].is_cuda else None
     row = {"fwd_ms": measure_ms(lambda: fn(*inputs), warmup, rep), "bwd_ms": None, "fwdbwd_ms": None,
-           "peak_mib": None, "backward": "ok", "fwd_gpu_ms": None, "bwd_gpu_ms": None, "fwd_host_ms": None,
-           "bwd_host_ms": None, "queue_held": None}
+           "peak_mib": None, "backward": "ok", **dict.fromkeys(HOST_AND_GPU_FIELDS)}
     time_host_and_gpu(row, "fwd", lambda: fn(*inputs), flush)
     leaves = [x.detach().requires_grad_() for x in inputs]
     o = fn(*leaves)[0]

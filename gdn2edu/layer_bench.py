@@ -65,8 +65,7 @@ def time_layer(layer, x, warmup=25, rep=100):
         xi.grad = None
         layer(xi)[0].backward(do)
     flush = bench.l2_flush() if x.is_cuda else None
-    row = {"fwd_ms": bench.measure_ms(forward, warmup, rep), "fwd_gpu_ms": None, "bwd_gpu_ms": None,
-           "fwd_host_ms": None, "bwd_host_ms": None, "queue_held": None}
+    row = {"fwd_ms": bench.measure_ms(forward, warmup, rep), **dict.fromkeys(bench.HOST_AND_GPU_FIELDS)}
     bench.time_host_and_gpu(row, "fwd", forward, flush)
     o = layer(xi)[0]
 
