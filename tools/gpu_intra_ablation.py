@@ -2,8 +2,8 @@
 out of the kernel's source, or with other pipeline stages or warps, or done another way, on a GPU; JSON with
 provenance. With ``--launch wy``, the same for the WY launch (WY_VARIANTS); with ``--launch scan``, for the
 forward's scan launch, the one that writes the output (SCAN_VARIANTS); with ``--launch forward``, the whole
-default-path forward (``chunk_gdn2_fwd``) of the intra kernel's candidates and of programmatic dependent launch
-(FORWARD_VARIANTS).
+default-path forward (``chunk_gdn2_fwd``) of the intra kernel's candidates and without programmatic dependent
+launch (FORWARD_VARIANTS).
 
     python tools/gpu_intra_ablation.py --out results/h200_intra_ablation.json [--commit SHA]
         [--shapes 1x8192x16,2x8192x16] [--variants baseline,no_inverse,...] [--rounds 3] [--launch intra]
@@ -180,7 +180,8 @@ FUSED_WY_OUTPUTS = ("AE", "AZ", "KG", "QG", "GN")
 # The order the intra and WY kernels had their programs in before "Neighbouring programs" (Chapter 9): program
 # (i_t, i_h) of a 2-D grid, a head's chunks neighbouring; the same values, in another order.
 _PROGRAM = "    i_t, i_h = tl.program_id(0) // H, tl.program_id(0) % H      # a chunk's heads: neighbouring programs\n"
-_CHUNKS_FIRST = [(_PROGRAM + "    if MODE == 2:", "    i_t, i_h = tl.program_id(0), tl.program_id(1)\n    if MODE == 2:"),
+_INTRA_CHUNK = "    bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)\n    CHECK_OPERANDS"
+_CHUNKS_FIRST = [(_PROGRAM + _INTRA_CHUNK, "    i_t, i_h = tl.program_id(0), tl.program_id(1)\n" + _INTRA_CHUNK),
                  ("chunk_gdn2_fwd_intra_kernel[(p.chunks.shape[0] * p.H,)](",
                   "chunk_gdn2_fwd_intra_kernel[(p.chunks.shape[0], p.H)](")]
 _WY_CHUNKS_FIRST = [(_PROGRAM + "    bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)\n    o_t",
@@ -227,8 +228,9 @@ _GATES_KEPT_EDITS = [
     ("        if ROW > 0:\n            b_qr, b_er = _anchored_rows(b_q, b_e, b_g, b_first)\n",
      "        if ROW > 0:\n            b_qr, b_er = _anchored_rows(b_q, b_e, b_g, b_first)\n"
      "            tl.store(p_x, (b_qr * (scale * tl.exp2(b_first))[None, :]).to(p_x.dtype.element_ty), mask=m_x)\n"),
-    ("            q, k, g, b, bos, T, t0, i_h, scale, ROW, H, K, BC, BK, PAIRWISE, CHECK_OPERANDS, DOT)",
-     "            q, k, g, b, bos, T, t0, i_h, scale, Gk, QGk, ROW, H, K, BC, BK, PAIRWISE, CHECK_OPERANDS, DOT)"),
+    *[(f"            q, k, g, b, bos, T, t0, i_h, scale, ROW, H, K, BC, BK, {flags}, DOT)",
+       f"            q, k, g, b, bos, T, t0, i_h, scale, Gk, QGk, ROW, H, K, BC, BK, {flags}, DOT)")
+      for flags in ("False, CHECK_OPERANDS", "True, False")],      # the first pass, and the redo's rows
     ("def chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, flags, cu_seqlens, chunk_indices, scale,\n",
      "def chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, flags, cu_seqlens, chunk_indices, scale, Gk, QGk,\n"),
     ("                         BC)                    # 64 x 64 tiles straight into their products, unmasked\n",
@@ -431,50 +433,17 @@ SCAN_VARIANTS = {
     "masked_loads_2_stages": ("masked_loads with two pipeline stages instead of three", [_MASKED_LOADS, _TWO_STAGES],
                               {}),
 }
-# A candidate for the whole forward: programmatic dependent launch (PDL, sm_90 and newer). Each of the forward's
-# launches may then start while the one before it finishes, its programs waiting at gdc_wait, the kernel's first
-# statement, until the earlier grid has completed and its writes are visible: the launch gap leaves the GPU's
-# critical path. No early trigger: a grid counts as done when its programs exit. The same values, bit for bit (the
-# wait precedes every load). An ad hoc probe of it on the H200 (not recorded) saved about 5 us a forward at the four
-# baseline shapes; this variant is what would record it.
-_PDL_OPTIONS = '''
-def _programmatic(device):
-    """Launch options for programmatic dependent launch on ``device``: the kernels' PDL switch and Triton's
-    launch_pdl on a GPU of compute capability 9 or more, none elsewhere (the interpreter, older GPUs)."""
-    if device.type != "cuda":
-        return {}
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return dict(PDL=True, launch_pdl=True) if _device_capability(index)[0] >= 9 else {}
+# The forward's launches as they were before programmatic dependent launch (PDL, Chapter 9's PROGRAMMATIC_LAUNCH):
+# each kernel then starts only when the one before has finished. The same values, bit for bit.
+_PLAIN_LAUNCHES = ("\nPROGRAMMATIC_LAUNCH = True\n", "\nPROGRAMMATIC_LAUNCH = False\n")
 
-
-def _launch_intra('''
-_WAIT = ("    if PDL:                                     # the earlier launch's writes first\n"
-         "        tl.extra.cuda.gdc_wait()\n")
-_PROGRAMMATIC_EDITS = [
-    ("MID_LIMIT: tl.constexpr, OPERAND_LIMIT: tl.constexpr, DOT: tl.constexpr):",
-     "MID_LIMIT: tl.constexpr, OPERAND_LIMIT: tl.constexpr, DOT: tl.constexpr,\n"
-     "                                PDL: tl.constexpr = False):"),
-    ("STORE_AZ: tl.constexpr,\n                             DOT: tl.constexpr):",
-     "STORE_AZ: tl.constexpr,\n                             DOT: tl.constexpr, PDL: tl.constexpr = False):"),
-    ("WRITE_OUTPUT: tl.constexpr, DOT: tl.constexpr, BY_DESCRIPTOR: tl.constexpr):",
-     "WRITE_OUTPUT: tl.constexpr, DOT: tl.constexpr, BY_DESCRIPTOR: tl.constexpr,\n"
-     "                               PDL: tl.constexpr = False):"),
-    *[(end, end + _WAIT) for end in ('(SUBSTITUTION_WIDTH)."""\n', 'Chapter 10)."""\n',
-                                     '(needs rows of 16-byte multiples)."""\n')],
-    ("\ndef _launch_intra(", _PDL_OPTIONS),
-    ('maxnreg=INTRA_TILES.get("maxnreg"))', 'maxnreg=INTRA_TILES.get("maxnreg"), **_programmatic(q.device))'),
-    ('num_stages=tiles.get("num_stages", 2))', 'num_stages=tiles.get("num_stages", 2), **_programmatic(q.device))'),
-    ("num_stages=stages if p.store != torch.float32 and K <= 128 else 1)",
-     "num_stages=stages if p.store != torch.float32 and K <= 128 else 1, **_programmatic(device))"),
-]
-
-# The intra kernel's candidates (no cuts: they compute the forward's values) and programmatic_launch, timed as whole
+# The intra kernel's candidates (no cuts: they compute the forward's values) and plain_launches, timed as whole
 # forwards (--launch forward): what a switch to one would change in the time that the harness compares with FLA's.
 FORWARD_VARIANTS = {**{name: v for name, v in VARIANTS.items()
                        if name == "baseline" or name.startswith(("inverse_by_", "maxnreg_"))},
-                    "programmatic_launch": ("the forward's launches programmatic and dependent (PDL) on sm_90 and "
-                                            "newer, each kernel waiting at its start for the one before (a "
-                                            "candidate: the same values)", _PROGRAMMATIC_EDITS, {})}
+                    "plain_launches": ("the forward's launches without programmatic dependent launch (PDL), each "
+                                       "kernel starting when the one before has finished (the same values)",
+                                       [_PLAIN_LAUNCHES], {})}
 LAUNCHES = {"intra": VARIANTS, "wy": WY_VARIANTS, "scan": SCAN_VARIANTS, "forward": FORWARD_VARIANTS}
 
 
