@@ -53,7 +53,7 @@ def test_every_variant_applies_to_todays_kernel_and_changes_it():
 def test_the_forward_launch_times_the_intra_candidates_as_whole_forwards(tmp_path):
     """--launch forward takes the intra kernel's candidates only (a cut computes wrong values, which a whole forward
     would carry on), and its output function is the module's chunk_gdn2_fwd output."""
-    intra = set(ablation.FORWARD_VARIANTS) - {"plain_launches"}
+    intra = set(ablation.FORWARD_VARIANTS) - {"plain_launches", "redo_call"}
     assert intra <= set(ablation.VARIANTS) and "baseline" in intra
     assert all(name == "baseline" or name.startswith(("inverse_by_", "maxnreg_")) for name in intra)
     assert ablation.TIMERS["forward"] is ablation.time_forward
@@ -75,6 +75,24 @@ def test_plain_launches_changes_only_the_switch_and_no_value(tmp_path):
     module = ablation.load_variant(name, tmp_path, variants)
     assert module.PROGRAMMATIC_LAUNCH is False and chunk_kernels.PROGRAMMATIC_LAUNCH is True
     x = chunk_kernels.baseline_inputs(1, 100, 2, K=32, V=32, dtype=torch.float32, device="cpu")
+    assert torch.equal(module.chunk_gdn2_fwd(*x)[0], chunk_kernels.chunk_gdn2_fwd(*x)[0])
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_the_redo_as_a_call_computes_the_shipped_values(tmp_path):
+    """redo_call moves the redo of a flagged chunk into a function of its own (not inlined on a GPU): the intra
+    kernel and the new function change, and in the interpreter the forward on gates that flag chunks (-100 on one
+    token, -12 on a run) is the shipped one, bit for bit."""
+    name, variants = "redo_call", ablation.FORWARD_VARIANTS
+    source, text = ablation.SOURCE.read_text(), ablation.variant_source(name, variants=variants)
+    changed = {n for n, s in module_kernels(text).items() if module_kernels(source).get(n) != s}
+    assert changed == {"chunk_gdn2_fwd_intra_kernel", "_redo_rows"}
+    module = ablation.load_variant(name, tmp_path, variants)
+    x = list(chunk_kernels.baseline_inputs(1, 200, 2, K=32, V=32, dtype=torch.float32, device="cpu"))
+    x[3][0, 70, 1], x[3][0, 130:200, 0] = -100.0, -12.0
+    p = chunk_kernels._plan(*x, None, None, None)
+    flags = chunk_kernels._intra_states(x[0], x[1], x[3], x[4], p)["flags"]
+    assert flags.remainder(2).sum() >= 2                                  # chunks redone
     assert torch.equal(module.chunk_gdn2_fwd(*x)[0], chunk_kernels.chunk_gdn2_fwd(*x)[0])
 
 

@@ -437,13 +437,40 @@ SCAN_VARIANTS = {
 # each kernel then starts only when the one before has finished. The same values, bit for bit.
 _PLAIN_LAUNCHES = ("\nPROGRAMMATIC_LAUNCH = True\n", "\nPROGRAMMATIC_LAUNCH = False\n")
 
+# A candidate: the redo of a flagged chunk in a function of its own that Triton does not inline (a call), so that
+# the register allocator sees the common path apart from the redo (compiled for sm_90, the inlined kernel's mode 1
+# takes 255 registers and spills some; mode 0, without the redo, takes 235 and spills none). The same values.
+_REDO_CALL = [
+    ("        if e > MID_LIMIT:                       # (the whole program's branch: e is one value) the four rows again,\n"
+     "            tl.debug_barrier()                  # the diagonal blocks token by token, over the first pass's stores\n"
+     "            for ROW in tl.static_range(4):\n"
+     "                b_L0, b_L1, b_L2, b_Ld, b_S0, b_S1, b_S2, b_Sd, e_row, amax_row = _row_scores(\n"
+     "                    q, k, g, b, bos, T, t0, i_h, scale, ROW, H, K, BC, BK, True, False, DOT)\n"
+     "                _store_scores(A, Aqk, bos, T, i_h, t0, scale, ROW, b_L0, b_L1, b_L2, b_Ld, b_S0, b_S1, b_S2, b_Sd,\n"
+     "                              H, BT, BC)\n",
+     "        if e > MID_LIMIT:\n"
+     "            tl.debug_barrier()\n"
+     "            _redo_rows(q, k, g, b, A, Aqk, bos, T, t0, i_h, scale, H, K, BT, BC, BK, DOT)\n"),
+    ("@triton.jit\ndef chunk_gdn2_fwd_intra_kernel(",
+     "@triton.jit(noinline=True)\n"
+     "def _redo_rows(q, k, g, b, A, Aqk, bos, T, t0, i_h, scale, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,\n"
+     "               BC: tl.constexpr, BK: tl.constexpr, DOT: tl.constexpr):\n"
+     "    for ROW in tl.static_range(4):\n"
+     "        b_L0, b_L1, b_L2, b_Ld, b_S0, b_S1, b_S2, b_Sd, e_row, amax_row = _row_scores(\n"
+     "            q, k, g, b, bos, T, t0, i_h, scale, ROW, H, K, BC, BK, True, False, DOT)\n"
+     "        _store_scores(A, Aqk, bos, T, i_h, t0, scale, ROW, b_L0, b_L1, b_L2, b_Ld, b_S0, b_S1, b_S2, b_Sd,\n"
+     "                      H, BT, BC)\n\n\n"
+     "@triton.jit\ndef chunk_gdn2_fwd_intra_kernel(")]
+
 # The intra kernel's candidates (no cuts: they compute the forward's values) and plain_launches, timed as whole
 # forwards (--launch forward): what a switch to one would change in the time that the harness compares with FLA's.
 FORWARD_VARIANTS = {**{name: v for name, v in VARIANTS.items()
                        if name == "baseline" or name.startswith(("inverse_by_", "maxnreg_"))},
                     "plain_launches": ("the forward's launches without programmatic dependent launch (PDL), each "
                                        "kernel starting when the one before has finished (the same values)",
-                                       [_PLAIN_LAUNCHES], {})}
+                                       [_PLAIN_LAUNCHES], {}),
+                    "redo_call": ("the redo of a flagged chunk in a function Triton does not inline (a candidate: "
+                                  "the same values)", _REDO_CALL, {})}
 LAUNCHES = {"intra": VARIANTS, "wy": WY_VARIANTS, "scan": SCAN_VARIANTS, "forward": FORWARD_VARIANTS}
 
 
