@@ -302,14 +302,15 @@ def chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, flags, cu_seqlens, chunk_ind
                                 BK: tl.constexpr, SUB: tl.constexpr, MODE: tl.constexpr,
                                 MID_LIMIT: tl.constexpr, OPERAND_LIMIT: tl.constexpr, DOT: tl.constexpr,
                                 PDL: tl.constexpr = False):
-    """One (chunk, head), program i_t * H + i_h: A = (I + L)^{-1} and Aqk = scale * L_<=(Q_g Y^T), written as
-    [T, H, BT] rows (Aqk whole, zero above the diagonal; A's blocks above it are not written). MODE 0: midpoint
-    anchors on the diagonal blocks, unchecked (safe_gate). MODE 1: the same, checked: the chunk's flags
-    [chunks, H] int32 written, bit 0 when a midpoint exponent passed MID_LIMIT, bit 1 when it passed
-    OPERAND_LIMIT less log2 of the largest operand (the backward's test, for float16), and a chunk with bit 0
-    formed again, its diagonal blocks token by token, before its inverse. SUB: the width of the sub-blocks on
-    which the diagonal blocks' substitution runs (SUBSTITUTION_WIDTH). PDL: wait first for the launch before
-    (programmatic dependent launch)."""
+    """One (chunk, head), program i_t * H + i_h: A = (I + L)^{-1} and Aqk = L_<=(Q_g Y^T) (Q_g with the scale in
+    it, applied here as a factor on the stored blocks), written as [T, H, BT] rows (Aqk whole, zero above the
+    diagonal; A's blocks above it are not written). MODE 0: midpoint anchors on the diagonal blocks, unchecked
+    (safe_gate). MODE 1: the same, checked: the chunk's flags [chunks, H] int32 written, bit 0 when a midpoint
+    exponent passed MID_LIMIT, bit 1 when bit 0 is set or the exponent passed OPERAND_LIMIT less log2 of the
+    largest operand (the backward's test, for float16), and a chunk with bit 0 formed again, its diagonal blocks
+    token by token, before its inverse. SUB: the width of the sub-blocks on which the diagonal blocks'
+    substitution runs (SUBSTITUTION_WIDTH). PDL: wait first for the launch before (programmatic dependent
+    launch)."""
     if PDL:                                     # the earlier launch's writes first
         tl.extra.cuda.gdc_wait()
     i_t, i_h = tl.program_id(0) // H, tl.program_id(0) % H      # a chunk's heads: neighbouring programs
