@@ -473,10 +473,9 @@ _PROGRAMMATIC_EDITS = [
 # program of that launch reads its flag and returns. Here the program that sets the flag redoes its chunk itself,
 # before the inverse: after a barrier (its first pass's stores land first), the four rows again with the diagonal
 # blocks token by token, stored over the first ones. The redo is the second launch's code: the same values. The
-# branch is the whole program's (e is one value). Compiled for sm_90 (Triton 3.9, hopper_compile_check's aligned
-# bf16 launch, not recorded), its mode 1 takes 255 registers a thread and 64 bytes of stack, where today's takes
-# 235 and none: the redo shares the register allocation. one_intra_launch_call puts the redo in a function Triton
-# does not inline (a call), to see whether that allocation costs.
+# branch is the whole program's (e is one value). The redo shares mode 1's register allocation, which can then
+# need more registers than today's or spill; one_intra_launch_call puts the redo in a function Triton does not
+# inline (a call), to see whether that costs.
 _SECOND_LAUNCH = ("    if MODE == 2:\n        if tl.load(flags + i_t * H + i_h) % 2 == 0:\n            return\n", "")
 _FLAGS_STORE = "        tl.store(flags + i_t * H + i_h, unsafe_here + 2 * tl.maximum(unsafe_here, unsafe_for_operands))\n"
 _REDO_ROWS = ("    for ROW in tl.static_range(4):\n"
