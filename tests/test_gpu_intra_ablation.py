@@ -112,15 +112,20 @@ def test_programmatic_launch_compiles_its_wait_for_sm_90():
 
 ONE_LAUNCH = {"one_intra_launch": {"chunk_gdn2_fwd_intra_kernel"},
               "one_intra_launch_call": {"chunk_gdn2_fwd_intra_kernel", "_redo_rows"},
-              "one_intra_launch_pdl": {f"chunk_gdn2_fwd_{part}_kernel" for part in ("intra", "wy", "scan")}}
+              "one_intra_launch_pdl": {f"chunk_gdn2_fwd_{part}_kernel" for part in ("intra", "wy", "scan")},
+              "one_exponent_max": {"chunk_gdn2_fwd_intra_kernel", "_row_scores"},
+              "one_intra_launch_call_pdl": {"_redo_rows", *(f"chunk_gdn2_fwd_{part}_kernel"
+                                                             for part in ("intra", "wy", "scan"))},
+              "one_intra_launch_call_pdl_max": {"_redo_rows", "_row_scores", *(f"chunk_gdn2_fwd_{part}_kernel"
+                                                                               for part in ("intra", "wy", "scan"))}}
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_the_one_intra_launch_candidates_compute_the_shipped_values(tmp_path):
-    """one_intra_launch and its two forms change the kernels they name (PDL's also the WY and scan kernels) and
-    launch the intra kernel once on the default path; in the interpreter, on gates that flag chunks (-100 on one
-    token, -12 on a run), their A, Aqk and flags are the shipped ones bit for bit (A where it is written: on and
-    below the diagonal blocks), and so is the forward's output."""
+    """one_intra_launch and its forms change the kernels they name (PDL's also the WY and scan kernels) and
+    launch the intra kernel once on the default path (one_exponent_max twice, as today); in the interpreter, on
+    gates that flag chunks (-100 on one token, -12 on a run), their A, Aqk and flags are the shipped ones bit for
+    bit (A where it is written: on and below the diagonal blocks), and so is the forward's output."""
     source = ablation.SOURCE.read_text()
     x = list(chunk_kernels.baseline_inputs(1, 200, 2, K=32, V=32, dtype=torch.float32, device="cpu"))
     x[3][0, 70, 1], x[3][0, 130:200, 0] = -100.0, -12.0
@@ -146,7 +151,8 @@ def test_the_one_intra_launch_candidates_compute_the_shipped_values(tmp_path):
         changed = {n for n, s in module_kernels(text).items() if module_kernels(source).get(n) != s}
         assert changed == kernels, name
         module = ablation.load_variant(name, tmp_path, ablation.FORWARD_VARIANTS)
-        assert all(torch.equal(a, b) for a, b in zip(intra(module, [1]), shipped)), name
+        launches = [1] if name.startswith("one_intra_launch") else [1, 2]
+        assert all(torch.equal(a, b) for a, b in zip(intra(module, launches), shipped)), name
         assert torch.equal(module.chunk_gdn2_fwd(*x)[0], chunk_kernels.chunk_gdn2_fwd(*x)[0]), name
 
 

@@ -499,6 +499,17 @@ _ONE_INTRA_LAUNCH_CALL = [_SECOND_LAUNCH, _ONE_LAUNCH_HOST,
                            "    o_c = tl.arange(0, BC)\n    m_incl = o_c[:, None] >= o_c[None, :]\n" + _REDO_ROWS
                            + "\n\n@triton.jit\ndef chunk_gdn2_fwd_intra_kernel(")]
 
+# A candidate for mode 1's check: each row's largest midpoint exponent is a reduction across the program's threads
+# (through shared memory, behind barriers), four a program. Here the rows keep their exponents per channel [BK], maxed
+# element by element, and the program reduces once, where the flags are formed: the same flags.
+_ONE_EXPONENT_MAX = [
+    ("    return b_L0, b_L1, b_L2, b_Ld, b_S0, b_S1, b_S2, b_Sd, tl.max(b_x), amax\n",
+     "    return b_L0, b_L1, b_L2, b_Ld, b_S0, b_S1, b_S2, b_Sd, b_x, amax\n"),
+    ("    e, amax = 0.0, 0.0\n", "    e, amax = tl.zeros([BK], dtype=tl.float32), 0.0\n"),
+    ("        unsafe_here = (e > MID_LIMIT).to(tl.int32)\n",
+     "        e = tl.max(e)\n        unsafe_here = (e > MID_LIMIT).to(tl.int32)\n"),
+]
+
 # The intra kernel's candidates (no cuts: they compute the forward's values), programmatic_launch and the one intra
 # launch (alone, as a call, with PDL), timed as whole forwards (--launch forward): what a switch to one would change
 # in the time that the harness compares with FLA's.
@@ -512,7 +523,16 @@ FORWARD_VARIANTS = {**{name: v for name, v in VARIANTS.items()
                     "one_intra_launch_call": ("one_intra_launch with the redo in a function Triton does not inline "
                                               "(a candidate: the same values)", _ONE_INTRA_LAUNCH_CALL, {}),
                     "one_intra_launch_pdl": ("one_intra_launch and programmatic_launch together (a candidate: the "
-                                             "same values)", _ONE_INTRA_LAUNCH + _PROGRAMMATIC_EDITS, {})}
+                                             "same values)", _ONE_INTRA_LAUNCH + _PROGRAMMATIC_EDITS, {}),
+                    "one_exponent_max": ("mode 1 reduces its midpoint exponents to one number once a program, not "
+                                         "once a row (a candidate: the same flags)", _ONE_EXPONENT_MAX, {}),
+                    "one_intra_launch_call_pdl": ("one_intra_launch_call and programmatic_launch together (a "
+                                                  "candidate: the same values)",
+                                                  _ONE_INTRA_LAUNCH_CALL + _PROGRAMMATIC_EDITS, {}),
+                    "one_intra_launch_call_pdl_max": ("one_intra_launch_call_pdl and one_exponent_max together (a "
+                                                      "candidate: the same values)",
+                                                      _ONE_INTRA_LAUNCH_CALL + _PROGRAMMATIC_EDITS
+                                                      + _ONE_EXPONENT_MAX, {})}
 LAUNCHES = {"intra": VARIANTS, "wy": WY_VARIANTS, "scan": SCAN_VARIANTS, "forward": FORWARD_VARIANTS}
 
 
