@@ -246,6 +246,17 @@ def _store_row(A, bos, T, i_h, t0, ROW: tl.constexpr, b_x0, b_x1, b_x2, b_xd, H:
 
 
 @triton.jit
+def _store_scores(A, Aqk, bos, T, i_h, t0, scale, ROW: tl.constexpr, b_L0, b_L1, b_L2, b_Ld, b_S0, b_S1, b_S2,
+                  b_Sd, H: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr):
+    """Row ROW of one chunk's blocks as _row_scores returns them: those of L into A, unmasked, those of
+    scale * Q Y^T into Aqk, its diagonal block masked inclusively."""
+    o_c = tl.arange(0, BC)
+    _store_row(A, bos, T, i_h, t0, ROW, b_L0, b_L1, b_L2, b_Ld, H, BT, BC)
+    _store_row(Aqk, bos, T, i_h, t0, ROW, scale * b_S0, scale * b_S1, scale * b_S2,
+               scale * tl.where(o_c[:, None] >= o_c[None, :], b_Sd, 0.0), H, BT, BC)
+
+
+@triton.jit
 def _load_block(A, bos, T, i_h, row0, col0, H: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr):
     """A [BC, BC] block of a chunk's [BT, BT] rows, as _store_block wrote it; zero on rows past T."""
     return _load(A + (bos * H + i_h) * BT, row0, col0, T, BT, H * BT, BC, BC)
@@ -285,37 +296,47 @@ def _store_inverse(A, bos, T, i_h, t0, b_L00, b_L11, b_L22, b_L33, b_L10, b_L20,
     _store_block(A, bos, T, i_h, t0 + 3 * BC, 3 * BC, b_Ai33, H, BT, BC)
 
 
+@triton.jit(noinline=True)
+def _redo_rows(q, k, g, b, A, Aqk, bos, T, t0, i_h, scale, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+               BC: tl.constexpr, BK: tl.constexpr, DOT: tl.constexpr):
+    """A flagged chunk's four rows of blocks formed again, the diagonal blocks token by token, and stored over
+    the first pass's. A function Triton does not inline (a call): the register allocator sees the kernel's
+    common path apart from this rare one (Chapter 9, "One launch for the intra kernel")."""
+    for ROW in tl.static_range(4):
+        b_L0, b_L1, b_L2, b_Ld, b_S0, b_S1, b_S2, b_Sd, e_row, amax_row = _row_scores(
+            q, k, g, b, bos, T, t0, i_h, scale, ROW, H, K, BC, BK, True, False, DOT)
+        _store_scores(A, Aqk, bos, T, i_h, t0, scale, ROW, b_L0, b_L1, b_L2, b_Ld, b_S0, b_S1, b_S2, b_Sd,
+                      H, BT, BC)
+
+
 @triton.jit
 def chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, flags, cu_seqlens, chunk_indices, scale,
                                 H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
                                 BK: tl.constexpr, SUB: tl.constexpr, MODE: tl.constexpr,
-                                MID_LIMIT: tl.constexpr, OPERAND_LIMIT: tl.constexpr, DOT: tl.constexpr):
-    """One (chunk, head), program i_t * H + i_h: A = (I + L)^{-1} and Aqk = scale * L_<=(Q_g Y^T), written as
-    [T, H, BT] rows (Aqk whole, zero above the diagonal; A's blocks above it are not written). MODE 0: midpoint
-    anchors on the diagonal blocks, unchecked (safe_gate). MODE 1: the same, and the chunk's flags [chunks, H]
-    int32 written: bit 0 when a midpoint exponent passed MID_LIMIT (the blocks must be redone), bit 1 when it
-    passed OPERAND_LIMIT less log2 of the largest operand (the backward's test, for float16). MODE 2: only the
-    chunks with bit 0, their diagonal blocks token by token. SUB: the width of the sub-blocks on which the
-    diagonal blocks' substitution runs (SUBSTITUTION_WIDTH)."""
+                                MID_LIMIT: tl.constexpr, OPERAND_LIMIT: tl.constexpr, DOT: tl.constexpr,
+                                PDL: tl.constexpr = False):
+    """One (chunk, head), program i_t * H + i_h: A = (I + L)^{-1} and Aqk = L_<=(Q_g Y^T) (Q_g with the scale in
+    it, applied here as a factor on the stored blocks), written as [T, H, BT] rows (Aqk whole, zero above the
+    diagonal; A's blocks above it are not written). MODE 0: midpoint anchors on the diagonal blocks, unchecked
+    (safe_gate). MODE 1: the same, checked: the chunk's flags [chunks, H] int32 written, bit 0 when a midpoint
+    exponent passed MID_LIMIT, bit 1 when bit 0 is set or the exponent passed OPERAND_LIMIT less log2 of the
+    largest operand (the backward's test, for float16), and a chunk with bit 0 formed again, its diagonal blocks
+    token by token, before its inverse. SUB: the width of the sub-blocks on which the diagonal blocks'
+    substitution runs (SUBSTITUTION_WIDTH). PDL: wait first for the launch before (programmatic dependent
+    launch)."""
+    if PDL:                                     # the earlier launch's writes first
+        tl.extra.cuda.gdc_wait()
     i_t, i_h = tl.program_id(0) // H, tl.program_id(0) % H      # a chunk's heads: neighbouring programs
-    if MODE == 2:
-        if tl.load(flags + i_t * H + i_h) % 2 == 0:
-            return
     bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)
-    PAIRWISE: tl.constexpr = MODE == 2
     CHECK_OPERANDS: tl.constexpr = OPERAND_LIMIT < MID_LIMIT
-    o_c = tl.arange(0, BC)
-    m_incl = o_c[:, None] >= o_c[None, :]
     # phase 1, one row of sub-chunks at a time (unrolled: ROW is a constexpr): its blocks of L go to A unmasked,
     # those of Q Y^T to Aqk; e and amax, maxed over the rows, start at 0, below any midpoint exponent or |operand|
     e, amax = 0.0, 0.0
     for ROW in tl.static_range(4):
         b_L0, b_L1, b_L2, b_Ld, b_S0, b_S1, b_S2, b_Sd, e_row, amax_row = _row_scores(
-            q, k, g, b, bos, T, t0, i_h, scale, ROW, H, K, BC, BK, PAIRWISE, CHECK_OPERANDS, DOT)
+            q, k, g, b, bos, T, t0, i_h, scale, ROW, H, K, BC, BK, False, CHECK_OPERANDS, DOT)
         e, amax = tl.maximum(e, e_row), tl.maximum(amax, amax_row)
-        _store_row(A, bos, T, i_h, t0, ROW, b_L0, b_L1, b_L2, b_Ld, H, BT, BC)
-        _store_row(Aqk, bos, T, i_h, t0, ROW, scale * b_S0, scale * b_S1, scale * b_S2,
-                   scale * tl.where(m_incl, b_Sd, 0.0), H, BT, BC)
+        _store_scores(A, Aqk, bos, T, i_h, t0, scale, ROW, b_L0, b_L1, b_L2, b_Ld, b_S0, b_S1, b_S2, b_Sd, H, BT, BC)
         for c in tl.static_range(ROW + 1, 4):   # Aqk's blocks above the diagonal, zero: its readers take whole
             _store_block(Aqk, bos, T, i_h, t0 + ROW * BC, c * BC, tl.zeros([BC, BC], dtype=tl.float32), H, BT,
                          BC)                    # 64 x 64 tiles straight into their products, unmasked
@@ -323,6 +344,9 @@ def chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, flags, cu_seqlens, chunk_ind
         unsafe_here = (e > MID_LIMIT).to(tl.int32)
         unsafe_for_operands = (e + tl.log2(tl.maximum(amax, 1.0)) > OPERAND_LIMIT).to(tl.int32)
         tl.store(flags + i_t * H + i_h, unsafe_here + 2 * tl.maximum(unsafe_here, unsafe_for_operands))
+        if e > MID_LIMIT:                       # (the whole program's branch: e is one value) the four rows again,
+            tl.debug_barrier()                  # the diagonal blocks token by token, over the first pass's stores
+            _redo_rows(q, k, g, b, A, Aqk, bos, T, t0, i_h, scale, H, K, BT, BC, BK, DOT)
     # phase 2: read the ten blocks of L back (the barrier makes every thread's stores visible to all) and
     # overwrite them with A = (I + L)^{-1} (the second barrier: every block is read before any is overwritten)
     tl.debug_barrier()
@@ -345,11 +369,13 @@ def chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, flags, cu_seqlens, chunk_ind
 def chunk_gdn2_fwd_wy_kernel(q, k, v, g, b, w, A, AE, AZ, KG, QG, GN, Gc, cu_seqlens, chunk_indices, scale,
                              H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                              BK: tl.constexpr, BV: tl.constexpr, STORE_G: tl.constexpr, STORE_AZ: tl.constexpr,
-                             DOT: tl.constexpr):
+                             DOT: tl.constexpr, PDL: tl.constexpr = False):
     """One (chunk, head), program i_t * H + i_h: AE, AZ (only with STORE_AZ), kg = K * gamma_n / gamma,
     Q_g = scale * Q * gamma ([T, H, *] rows) and gamma_n ([chunks, H, K]), from A ([T, H, BT] rows) and the
     inputs; with STORE_G also the base-2 G from the chunk's start (Gc [T, H, K] float32, for the backward of
-    Chapter 10)."""
+    Chapter 10). PDL: as in the intra kernel."""
+    if PDL:                                     # the earlier launch's writes first
+        tl.extra.cuda.gdc_wait()
     i_t, i_h = tl.program_id(0) // H, tl.program_id(0) % H      # a chunk's heads: neighbouring programs
     bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)
     o_t = tl.arange(0, BT)
@@ -405,11 +431,15 @@ def chunk_gdn2_fwd_scan_kernel(AE, AZ, KG, GN, h, R, h0, ht, QG, Aqk, o, cu_seql
                                H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                                BK: tl.constexpr, BV: tl.constexpr, USE_INITIAL_STATE: tl.constexpr,
                                STORE_FINAL_STATE: tl.constexpr, STORE_STATES: tl.constexpr,
-                               WRITE_OUTPUT: tl.constexpr, DOT: tl.constexpr, BY_DESCRIPTOR: tl.constexpr):
+                               WRITE_OUTPUT: tl.constexpr, DOT: tl.constexpr, BY_DESCRIPTOR: tl.constexpr,
+                               PDL: tl.constexpr = False):
     """One (sequence, head, value block): S <- Diag(gamma_n) S + kg^T (AZ - (AE) S) over the chunks; with
     STORE_STATES it writes each chunk's entering state h [chunks, H, K, V] and corrections R [T, H, V], with
     WRITE_OUTPUT each chunk's output O = Q_g h + Aqk R into o [T, H, V] (h and R as rounded for storage).
-    BY_DESCRIPTOR: AE, AZ, KG, QG and Aqk arrive through tensor descriptors (needs rows of 16-byte multiples)."""
+    BY_DESCRIPTOR: AE, AZ, KG, QG and Aqk arrive through tensor descriptors (needs rows of 16-byte multiples).
+    PDL: as in the intra kernel."""
+    if PDL:                                     # the earlier launch's writes first
+        tl.extra.cuda.gdc_wait()
     i_v, i_nh = tl.program_id(0), tl.program_id(1).to(tl.int64)      # 64-bit: i_nh * K * V may pass 2^31
     i_n, i_h = i_nh // H, i_nh % H
     bos, eos = tl.load(cu_seqlens + i_n).to(tl.int64), tl.load(cu_seqlens + i_n + 1)
@@ -550,6 +580,10 @@ FUSED_SCAN_STAGES = 3
 # they are valid (_scan_by_descriptor): the same values, one thread issuing each tile's copy; False: masked loads
 # everywhere. Chapter 11's section "Routes for the forward, and one that pays" times both.
 SCAN_BY_DESCRIPTOR = True
+# The forward's three launches programmatic and dependent on compute capability 9 or more (_programmatic): each
+# may start while the one before finishes, its programs waiting at their first statement until that grid is done
+# and its writes visible, so the gap between launches leaves the GPU's path. The same values; False: plain launches.
+PROGRAMMATIC_LAUNCH = True
 # The input_precision of every product with float32 inputs (16-bit inputs take "tf32", their tensor-core
 # products): "ieee" multiplies in float32 on the CUDA cores; "tf32x3" sums three TF32 tensor-core products of
 # the operands' high and low parts, close to float32; "tf32" takes one, its operands rounded to a 10-bit
@@ -711,13 +745,25 @@ def tensor_descriptors_at(major):
     return major >= 9 and hasattr(tl, "make_tensor_descriptor")
 
 
+def _major(device):
+    """The major number of ``device``'s compute capability if it is a GPU, else None."""
+    if device.type != "cuda":
+        return None
+    return _device_capability(device.index if device.index is not None else torch.cuda.current_device())[0]
+
+
 def _has_descriptors(device):
     """Whether kernels on ``device`` can load through tensor descriptors: it is a GPU, and tensor_descriptors_at
     holds for its compute capability."""
-    if device.type != "cuda":
-        return False
-    return tensor_descriptors_at(
-        _device_capability(device.index if device.index is not None else torch.cuda.current_device())[0])
+    major = _major(device)
+    return major is not None and tensor_descriptors_at(major)
+
+
+def _programmatic(device):
+    """The options of a forward launch on ``device``: the kernels' PDL switch and Triton's launch_pdl while
+    PROGRAMMATIC_LAUNCH, on a GPU of compute capability 9 or more; none elsewhere (the interpreter, older GPUs)."""
+    major = _major(device)
+    return dict(PDL=True, launch_pdl=True) if PROGRAMMATIC_LAUNCH and major is not None and major >= 9 else {}
 
 
 def _scan_by_descriptor(p, device):
@@ -779,13 +825,13 @@ def _plan(q, k, v, g, b, w, scale, initial_state, cu_seqlens, safe_gate=False, l
 
 
 def _launch_intra(q, k, g, b, A, Aqk, flags, p: _Plan, mode):
-    """One launch of the intra kernel in ``mode`` (0, 1 or 2, see its docstring) over every chunk and head, the
+    """One launch of the intra kernel in ``mode`` (0 or 1, see its docstring) over every chunk and head, the
     heads of one chunk in neighbouring programs (see "Neighbouring programs" in Chapter 9)."""
     chunk_gdn2_fwd_intra_kernel[(p.chunks.shape[0] * p.H,)](
         q, k, g, b, A, Aqk, flags, p.cu, p.chunks, p.scale, H=p.H, K=p.K, BT=64, BC=16,
         BK=min(_block_width(p.K), INTRA_TILES["BK"]), SUB=SUBSTITUTION_WIDTH, MODE=mode, MID_LIMIT=MID_LIMIT,
         OPERAND_LIMIT=_operand_limit(p.store), DOT=p.DOT, num_warps=INTRA_TILES["num_warps"],
-        num_stages=INTRA_TILES["num_stages"], maxnreg=INTRA_TILES.get("maxnreg"))
+        num_stages=INTRA_TILES["num_stages"], maxnreg=INTRA_TILES.get("maxnreg"), **_programmatic(q.device))
 
 
 def _intra_buffers(p: _Plan, device, with_flags=True):
@@ -799,11 +845,10 @@ def _intra_buffers(p: _Plan, device, with_flags=True):
 
 
 def _intra_states(q, k, g, b, p: _Plan):
-    """The intra launches on contiguous inputs. Returns the dict of their results, _intra_buffers' A, Aqk and
-    flags (None with safe_gate)."""
+    """The intra launch on contiguous inputs: mode 0 with safe_gate, else mode 1 (checked, flagged chunks
+    redone). Returns the dict of its results, _intra_buffers' A, Aqk and flags (None with safe_gate)."""
     A, Aqk, flags = _intra_buffers(p, q.device, with_flags=not p.safe_gate)
-    for mode in (0,) if p.safe_gate else (1, 2):     # midpoint (and flag), then token by token where flagged
-        _launch_intra(q, k, g, b, A, Aqk, flags, p, mode)
+    _launch_intra(q, k, g, b, A, Aqk, flags, p, 0 if p.safe_gate else 1)
     return dict(A=A, Aqk=Aqk, flags=flags)
 
 
@@ -832,11 +877,12 @@ def _launch_wy(q, k, v, g, b, w, A, out, p: _Plan, tiles=None):
     they are not None), with the tile table ``tiles`` (None: WY_TILES); a chunk's heads in neighbouring programs,
     as in _launch_intra."""
     tiles = WY_TILES if tiles is None else tiles
+    programmatic = _programmatic(q.device)
     chunk_gdn2_fwd_wy_kernel[(p.chunks.shape[0] * p.H,)](
         q, k, v, g, b, w, A, out["AE"], out["AZ"], out["KG"], out["QG"], out["GN"], out["G"], p.cu, p.chunks,
         p.scale, H=p.H, K=p.K, V=p.V, BT=64, BK=min(_block_width(p.K), tiles["BK"]),
         BV=_block_width(p.V, tiles["BV"]), STORE_G=out["G"] is not None, STORE_AZ=out["AZ"] is not None,
-        DOT=p.DOT, num_warps=tiles["num_warps"], num_stages=tiles.get("num_stages", 2))
+        DOT=p.DOT, num_warps=tiles["num_warps"], num_stages=tiles.get("num_stages", 2), **programmatic)
 
 
 def _scan_states(f, initial_state, output_final_state, p: _Plan, o=None, store_states=True, value_block=None):
@@ -861,7 +907,7 @@ def _scan_states(f, initial_state, output_final_state, p: _Plan, o=None, store_s
         BT=64, BK=BK, BV=BV, USE_INITIAL_STATE=h0 is not None, STORE_FINAL_STATE=ht is not None,
         STORE_STATES=store_states, WRITE_OUTPUT=o is not None, DOT=p.DOT, BY_DESCRIPTOR=by_descriptor,
         num_warps=SCAN_TILES["num_warps"] if BK > 64 else 4,
-        num_stages=stages if p.store != torch.float32 and K <= 128 else 1)  # else they fill shared memory:
+        num_stages=stages if p.store != torch.float32 and K <= 128 else 1, **_programmatic(device))  # else they fill shared memory:
     # float32 tiles, or K = 256, where Triton 3.6 asked 288 KiB of an H200's 227 for four stages
     if by_descriptor:
         _with_descriptor_scratch(launch, device)

@@ -34,6 +34,13 @@ SCAN_DESCRIPTORS = frozenset({"chunk_gdn2_fwd_scan_kernel", "_chunk_tile", "SCAN
 # output compared bit for bit; the H200's test matrix was run again on the change.
 BLOCKED_INVERSE = frozenset({"chunk_gdn2_fwd_intra_kernel", "_store_inverse", "_invert_unit_lower4", "_substitute_row",
                              "_merge_pairs", "SUBSTITUTION_WIDTH"})
+# What changed when the intra kernel took over the redo of its flagged chunks from a second launch of its own, and
+# the forward's launches became programmatic and dependent (Chapter 9's section "One launch for the intra kernel"):
+# the three kernels (the PDL switch and wait), the intra kernel's new store helper, its redo (a call) and the
+# switch. The same values bit for bit (the redo runs the second launch's code; PDL moves only when programs start):
+# a value recorded before holds for today's kernels; a time does not.
+ONE_INTRA_LAUNCH = frozenset({"chunk_gdn2_fwd_intra_kernel", "chunk_gdn2_fwd_wy_kernel", "chunk_gdn2_fwd_scan_kernel",
+                              "_store_scores", "_redo_rows", "PROGRAMMATIC_LAUNCH"})
 
 
 def _checkout():

@@ -269,16 +269,15 @@ def test_an_inference_forward_stores_no_states(monkeypatch):
 def test_intra_kernel_writes_aqk_whole():
     """The scans and the output kernel read Aqk's 64 x 64 tiles unmasked: the intra kernel must write every block
     of a chunk's rows, those above the diagonal as exact zeros, also in a sequence's tail chunk, in packed
-    sequences and in chunks redone token by token (mode 2). Its buffer starts as NaN, so a block left unwritten
-    shows; rows past a sequence's end belong to the next sequence's chunks and are written there."""
+    sequences and in chunks redone token by token (mode 1's second pass). Its buffer starts as NaN, so a block
+    left unwritten shows; rows past a sequence's end belong to the next sequence's chunks and are written there."""
     x = [t.float().contiguous() for t in make_inputs(1, 200, 2, 32, 16, seed=3)]
     x[3] = x[3] * 4                                           # strong gates: some chunks go token by token
     cu = torch.tensor([0, 37, 150, 200], dtype=torch.int32)   # three sequences, each ending inside a chunk
     p = chunk_kernels._plan(*x, None, None, cu, False, None)
     A, Aqk, flags = chunk_kernels._intra_buffers(p, x[0].device)
     Aqk.fill_(float("nan"))
-    for mode in (1, 2):
-        chunk_kernels._launch_intra(x[0], x[1], x[3], x[4], A, Aqk, flags, p, mode)
+    chunk_kernels._launch_intra(x[0], x[1], x[3], x[4], A, Aqk, flags, p, 1)
     assert (flags % 2).any() and not (flags % 2).all()        # both paths of the kernel ran
     starts = torch.repeat_interleave(cu[:-1], (cu[1:] - cu[:-1]).long())
     local = (torch.arange(200) - starts) % 64                 # each row's index within its chunk

@@ -53,7 +53,7 @@ def test_every_variant_applies_to_todays_kernel_and_changes_it():
 def test_the_forward_launch_times_the_intra_candidates_as_whole_forwards(tmp_path):
     """--launch forward takes the intra kernel's candidates only (a cut computes wrong values, which a whole forward
     would carry on), and its output function is the module's chunk_gdn2_fwd output."""
-    intra = set(ablation.FORWARD_VARIANTS) - {"programmatic_launch", *ONE_LAUNCH}
+    intra = set(ablation.FORWARD_VARIANTS) - {"plain_launches", "redo_inlined", "one_exponent_max"}
     assert intra <= set(ablation.VARIANTS) and "baseline" in intra
     assert all(name == "baseline" or name.startswith(("inverse_by_", "maxnreg_")) for name in intra)
     assert ablation.TIMERS["forward"] is ablation.time_forward
@@ -65,95 +65,38 @@ def test_the_forward_launch_times_the_intra_candidates_as_whole_forwards(tmp_pat
     torch.testing.assert_close(o, o_shipped, rtol=1e-2, atol=1e-2)     # bf16 outputs, one rounding apart at most
 
 
-def test_programmatic_launch_changes_the_three_forward_kernels_and_asks_for_pdl_on_sm_90_and_newer(
-        tmp_path, monkeypatch):
-    """programmatic_launch edits the intra, WY and scan kernels (a PDL switch, off by default) and their launches;
-    its options are asked for on a GPU of compute capability 9 or more only, so in the interpreter its forward is
-    the shipped one, bit for bit (the interpreter cannot run the wait: its compile for sm_90 is the next test)."""
-    name, variants = "programmatic_launch", ablation.FORWARD_VARIANTS
+def test_plain_launches_changes_only_the_switch_and_no_value(tmp_path):
+    """plain_launches turns PROGRAMMATIC_LAUNCH off and changes nothing else that kernel_history compares; in the
+    interpreter (no programmatic launch there) its forward is the shipped one, bit for bit."""
+    name, variants = "plain_launches", ablation.FORWARD_VARIANTS
     source, text = ablation.SOURCE.read_text(), ablation.variant_source(name, variants=variants)
     changed = {n for n, s in module_kernels(text).items() if module_kernels(source).get(n) != s}
-    assert changed == {"chunk_gdn2_fwd_intra_kernel", "chunk_gdn2_fwd_wy_kernel", "chunk_gdn2_fwd_scan_kernel"}
-    assert text.count("tl.extra.cuda.gdc_wait()") == 3 and text.count("**_programmatic(") == 3
+    assert changed == {"PROGRAMMATIC_LAUNCH"}
     module = ablation.load_variant(name, tmp_path, variants)
-    assert module._programmatic(torch.device("cpu")) == {}
-    for major, options in ((9, dict(PDL=True, launch_pdl=True)), (10, dict(PDL=True, launch_pdl=True)), (8, {})):
-        monkeypatch.setattr(module, "_device_capability", lambda index, major=major: (major, 0))
-        assert module._programmatic(torch.device("cuda", 0)) == options, major
+    assert module.PROGRAMMATIC_LAUNCH is False and chunk_kernels.PROGRAMMATIC_LAUNCH is True
     x = chunk_kernels.baseline_inputs(1, 100, 2, K=32, V=32, dtype=torch.float32, device="cpu")
     assert torch.equal(module.chunk_gdn2_fwd(*x)[0], chunk_kernels.chunk_gdn2_fwd(*x)[0])
 
 
-def test_programmatic_launch_compiles_its_wait_for_sm_90():
-    """The three kernels of programmatic_launch with PDL on, as the bf16 forward launches them at K = V = 128,
-    compile for sm_90 here (tools/hopper_compile_check.py's launches and argument types) and wait with PTX's
-    griddepcontrol.wait; in a process of its own, where Triton compiles instead of interpreting."""
-    code = (
-        "import sys, tempfile\n"
-        f"sys.path.insert(0, {str(ROOT / 'tools')!r})\n"
-        "import hopper_compile_check as hc\n"
-        "import gpu_intra_ablation as ablation\n"
-        "import triton\n"
-        "module = ablation.load_variant('programmatic_launch', tempfile.mkdtemp(), ablation.FORWARD_VARIANTS)\n"
-        "todo = {f'chunk_gdn2_fwd_{part}_kernel' for part in ('intra', 'wy', 'scan')}\n"
-        "for kernel, constexprs, warps, stages, bf16 in hc.launches(128, 128, descriptors=True):\n"
-        "    if not bf16 or kernel.fn.__name__ not in todo:      # each kernel's first bf16 launch\n"
-        "        continue\n"
-        "    todo.remove(kernel.fn.__name__)\n"
-        "    kernel = getattr(module, kernel.fn.__name__)\n"
-        "    binary = triton.compile(triton.compiler.ASTSource(kernel, hc.signature(kernel, bf16),\n"
-        "                                                      dict(constexprs, PDL=True)),\n"
-        "                            target=hc.TARGETS['sm_90'][0], options=dict(num_warps=warps, num_stages=stages))\n"
-        "    print(kernel.fn.__name__, 'griddepcontrol.wait' in binary.asm['ptx'])\n")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert sorted(run.stdout.split("\n")[:-1]) == [f"chunk_gdn2_fwd_{k}_kernel True" for k in ("intra", "scan", "wy")]
-
-
-ONE_LAUNCH = {"one_intra_launch": {"chunk_gdn2_fwd_intra_kernel"},
-              "one_intra_launch_call": {"chunk_gdn2_fwd_intra_kernel", "_redo_rows"},
-              "one_intra_launch_pdl": {f"chunk_gdn2_fwd_{part}_kernel" for part in ("intra", "wy", "scan")},
-              "one_exponent_max": {"chunk_gdn2_fwd_intra_kernel", "_row_scores"},
-              "one_intra_launch_call_pdl": {"_redo_rows", *(f"chunk_gdn2_fwd_{part}_kernel"
-                                                             for part in ("intra", "wy", "scan"))},
-              "one_intra_launch_call_pdl_max": {"_redo_rows", "_row_scores", *(f"chunk_gdn2_fwd_{part}_kernel"
-                                                                               for part in ("intra", "wy", "scan"))}}
-
-
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-def test_the_one_intra_launch_candidates_compute_the_shipped_values(tmp_path):
-    """one_intra_launch and its forms change the kernels they name (PDL's also the WY and scan kernels) and
-    launch the intra kernel once on the default path (one_exponent_max twice, as today); in the interpreter, on
-    gates that flag chunks (-100 on one token, -12 on a run), their A, Aqk and flags are the shipped ones bit for
-    bit (A where it is written: on and below the diagonal blocks), and so is the forward's output."""
-    source = ablation.SOURCE.read_text()
+@pytest.mark.parametrize("name, kernels", [("redo_inlined", {"_redo_rows"}),
+                                           ("one_exponent_max", {"chunk_gdn2_fwd_intra_kernel", "_row_scores"})])
+def test_the_redo_and_check_variants_compute_the_shipped_values(tmp_path, name, kernels):
+    """redo_inlined (the redo of a flagged chunk inlined, not called) and one_exponent_max (one reduction of the
+    midpoint exponents a program) change the functions they name; in the interpreter, on gates that flag chunks
+    (-100 on one token, -12 on a run), their flags and the forward's output are the shipped ones, bit for bit."""
+    variants = ablation.FORWARD_VARIANTS
+    source, text = ablation.SOURCE.read_text(), ablation.variant_source(name, variants=variants)
+    changed = {n for n, s in module_kernels(text).items() if module_kernels(source).get(n) != s}
+    assert changed == kernels
+    module = ablation.load_variant(name, tmp_path, variants)
     x = list(chunk_kernels.baseline_inputs(1, 200, 2, K=32, V=32, dtype=torch.float32, device="cpu"))
     x[3][0, 70, 1], x[3][0, 130:200, 0] = -100.0, -12.0
     p = chunk_kernels._plan(*x, None, None, None)
-    local = (torch.arange(200) % 64)[:, None, None] // 16
-    written = (torch.arange(64)[None, None, :] // 16 <= local).expand(-1, 2, -1)     # [T, H, 64]
-
-    def intra(module, launches):
-        launched = []
-        launch = module._launch_intra
-        module._launch_intra = lambda *args: launched.append(args[-1]) or launch(*args)
-        try:
-            out = module._intra_states(x[0], x[1], x[3], x[4], p)
-        finally:
-            module._launch_intra = launch
-        assert launched == launches
-        return out["A"][0][written], out["Aqk"], out["flags"]
-
-    shipped = intra(chunk_kernels, [1, 2])
-    assert shipped[2].remainder(2).sum() >= 2                             # chunks redone token by token
-    for name, kernels in ONE_LAUNCH.items():
-        text = ablation.variant_source(name, variants=ablation.FORWARD_VARIANTS)
-        changed = {n for n, s in module_kernels(text).items() if module_kernels(source).get(n) != s}
-        assert changed == kernels, name
-        module = ablation.load_variant(name, tmp_path, ablation.FORWARD_VARIANTS)
-        launches = [1] if name.startswith("one_intra_launch") else [1, 2]
-        assert all(torch.equal(a, b) for a, b in zip(intra(module, launches), shipped)), name
-        assert torch.equal(module.chunk_gdn2_fwd(*x)[0], chunk_kernels.chunk_gdn2_fwd(*x)[0]), name
+    flags = chunk_kernels._intra_states(x[0], x[1], x[3], x[4], p)["flags"]
+    assert flags.remainder(2).sum() >= 2 and not flags.remainder(2).all()      # chunks redone, and chunks not
+    assert torch.equal(module._intra_states(x[0], x[1], x[3], x[4], p)["flags"], flags)
+    assert torch.equal(module.chunk_gdn2_fwd(*x)[0], chunk_kernels.chunk_gdn2_fwd(*x)[0])
 
 
 def test_a_stale_edit_is_refused_and_unknown_names_too():

@@ -282,3 +282,30 @@ def test_the_forward_scan_leaves_its_gamma_vector_unpipelined(root):
     assert ["BY_DESCRIPTOR" in line for line in bf16] == [True] * 3 + [False] * 3, unaligned.stdout
     left = [line.split("loads left in loops: ")[1].split()[0] for line in bf16]
     assert left == ["1", "1", "1", "4", "6", "6"], unaligned.stdout
+
+
+def test_the_forward_kernels_wait_for_the_launch_before_on_sm_90(root):
+    """On a target with tensor descriptors (sm_90) launches() gives every launch of the forward's intra, WY and
+    scan kernels PDL=True, as chunk_kernels._programmatic launches them there, and no other kernel's; each of the
+    three compiles its wait, PTX's griddepcontrol.wait (its first bf16 launch at K = V = 128). Without
+    descriptors (sm_80) no launch carries PDL."""
+    code = ("import sys; sys.path.insert(0, 'tools'); import hopper_compile_check as h\n"
+            "import triton\n"
+            "print(any('PDL' in c for _, c, _, _, _ in h.launches(128, 128)))\n"
+            "compiled = set()\n"
+            "for kernel, constexprs, warps, stages, bf16 in h.launches(128, 128, descriptors=True):\n"
+            "    name = kernel.fn.__name__\n"
+            "    print('launch', name, constexprs.get('PDL', False))\n"
+            "    if constexprs.get('PDL') and bf16 and name not in compiled:\n"
+            "        compiled.add(name)\n"
+            "        binary = triton.compile(triton.compiler.ASTSource(kernel, h.signature(kernel, bf16), constexprs),\n"
+            "                                target=h.TARGETS['sm_90'][0],\n"
+            "                                options=dict(num_warps=warps, num_stages=stages))\n"
+            "        print('wait', name, 'griddepcontrol.wait' in binary.asm['ptx'])\n")
+    lines = run_code(root, code, timeout=600).splitlines()
+    assert lines[0] == "False", lines[0]                            # no PDL without descriptors
+    forward = {f"chunk_gdn2_fwd_{part}_kernel" for part in ("intra", "wy", "scan")}
+    launched = [line.split()[1:] for line in lines if line.startswith("launch ")]
+    assert {name for name, _ in launched} > forward
+    assert all((flag == "True") == (name in forward) for name, flag in launched), launched
+    assert sorted(line for line in lines if line.startswith("wait ")) == [f"wait {k} True" for k in sorted(forward)]

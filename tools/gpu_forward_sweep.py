@@ -4,8 +4,8 @@
 
 For each shape and each setting of one table (the others shipped), it checks that the output equals the shipped
 setting's up to rounding, then records that kernel's profiled time and the whole forward's median time, on the
-default path and, once per shape, on ``safe_gate=True``. It also times the intra kernel's second launch alone
-(MODE 2 on a chunk with no flag set: the price of the check when no chunk needs the fallback).
+default path and, once per shape, on ``safe_gate=True``. (Records before the intra kernel's single launch also
+timed its second launch alone, "second_launch": MODE 2 on chunks with no flag set.)
 """
 
 import argparse
@@ -54,15 +54,6 @@ def per_kernel(fn):
     return {short: sum(ms for name, ms in times.items() if full in name) for short, full in FORWARD_KERNELS.items()}
 
 
-def second_launch_ms(inputs):
-    """Device time of the intra kernel's MODE 2 launch when no chunk is flagged (every program returns at once)."""
-    q, k, v, g, b, w = inputs
-    p = chunk_kernels._plan(q, k, v, g, b, w, None, None, None)
-    A, Aqk, flags = chunk_kernels._intra_buffers(p, q.device)
-    flags.zero_()                                                               # no chunk flagged
-    return measure_ms(lambda: chunk_kernels._launch_intra(q, k, g, b, A, Aqk, flags, p, 2))
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=float, default=400.0, help="seconds; no new setting starts after it")
@@ -79,7 +70,7 @@ def main(argv=None):
     shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")]
     result = gpu_record("gpu_forward_sweep.py", args.commit, argv,
                         shipped={name: dict(getattr(chunk_kernels, name)) for name in CANDIDATES}, rows=[],
-                        second_launch=[], safe_gate=[])
+                        safe_gate=[])
 
     def save():
         with open(args.out, "w") as f:
@@ -90,7 +81,6 @@ def main(argv=None):
         reference, _ = gdn2edu.chunk_gdn2(*inputs)
         safe = lambda: gdn2edu.chunk_gdn2(*inputs, safe_gate=True)          # noqa: E731
         result["safe_gate"].append({"shape": [B, T, H], "fwd_ms": measure_ms(safe), "kernels": per_kernel(safe)})
-        result["second_launch"].append({"shape": [B, T, H], "ms": second_launch_ms(inputs)})
         for table in args.tables.split(","):
             shipped = dict(getattr(chunk_kernels, table))
             for setting in [shipped] + [c for c in CANDIDATES[table] if c != shipped]:

@@ -2,8 +2,8 @@
 out of the kernel's source, or with other pipeline stages or warps, or done another way, on a GPU; JSON with
 provenance. With ``--launch wy``, the same for the WY launch (WY_VARIANTS); with ``--launch scan``, for the
 forward's scan launch, the one that writes the output (SCAN_VARIANTS); with ``--launch forward``, the whole
-default-path forward (``chunk_gdn2_fwd``) of the intra kernel's candidates and of programmatic dependent launch
-(FORWARD_VARIANTS).
+default-path forward (``chunk_gdn2_fwd``) of the intra kernel's candidates and without programmatic dependent
+launch (FORWARD_VARIANTS).
 
     python tools/gpu_intra_ablation.py --out results/h200_intra_ablation.json [--commit SHA]
         [--shapes 1x8192x16,2x8192x16] [--variants baseline,no_inverse,...] [--rounds 3] [--launch intra]
@@ -180,7 +180,8 @@ FUSED_WY_OUTPUTS = ("AE", "AZ", "KG", "QG", "GN")
 # The order the intra and WY kernels had their programs in before "Neighbouring programs" (Chapter 9): program
 # (i_t, i_h) of a 2-D grid, a head's chunks neighbouring; the same values, in another order.
 _PROGRAM = "    i_t, i_h = tl.program_id(0) // H, tl.program_id(0) % H      # a chunk's heads: neighbouring programs\n"
-_CHUNKS_FIRST = [(_PROGRAM + "    if MODE == 2:", "    i_t, i_h = tl.program_id(0), tl.program_id(1)\n    if MODE == 2:"),
+_INTRA_CHUNK = "    bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)\n    CHECK_OPERANDS"
+_CHUNKS_FIRST = [(_PROGRAM + _INTRA_CHUNK, "    i_t, i_h = tl.program_id(0), tl.program_id(1)\n" + _INTRA_CHUNK),
                  ("chunk_gdn2_fwd_intra_kernel[(p.chunks.shape[0] * p.H,)](",
                   "chunk_gdn2_fwd_intra_kernel[(p.chunks.shape[0], p.H)](")]
 _WY_CHUNKS_FIRST = [(_PROGRAM + "    bos, T, t0 = _chunk_of_program(i_t, cu_seqlens, chunk_indices, BT)\n    o_t",
@@ -227,15 +228,18 @@ _GATES_KEPT_EDITS = [
     ("        if ROW > 0:\n            b_qr, b_er = _anchored_rows(b_q, b_e, b_g, b_first)\n",
      "        if ROW > 0:\n            b_qr, b_er = _anchored_rows(b_q, b_e, b_g, b_first)\n"
      "            tl.store(p_x, (b_qr * (scale * tl.exp2(b_first))[None, :]).to(p_x.dtype.element_ty), mask=m_x)\n"),
-    ("            q, k, g, b, bos, T, t0, i_h, scale, ROW, H, K, BC, BK, PAIRWISE, CHECK_OPERANDS, DOT)",
-     "            q, k, g, b, bos, T, t0, i_h, scale, Gk, QGk, ROW, H, K, BC, BK, PAIRWISE, CHECK_OPERANDS, DOT)"),
+    *[(f"            q, k, g, b, bos, T, t0, i_h, scale, ROW, H, K, BC, BK, {flags}, DOT)",
+       f"            q, k, g, b, bos, T, t0, i_h, scale, Gk, QGk, ROW, H, K, BC, BK, {flags}, DOT)")
+      for flags in ("False, CHECK_OPERANDS", "True, False")],      # the first pass, and the redo's rows
     ("def chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, flags, cu_seqlens, chunk_indices, scale,\n",
      "def chunk_gdn2_fwd_intra_kernel(q, k, g, b, A, Aqk, flags, cu_seqlens, chunk_indices, scale, Gk, QGk,\n"),
     ("                         BC)                    # 64 x 64 tiles straight into their products, unmasked\n",
      "                         BC)                    # 64 x 64 tiles straight into their products, unmasked\n"
      "        tl.debug_barrier()                      # this row's G, read by the rows after it\n"),
     ("        q, k, g, b, A, Aqk, flags, p.cu, p.chunks, p.scale, H=p.H, K=p.K, BT=64, BC=16,",
-     "        q, k, g, b, A, Aqk, flags, p.cu, p.chunks, p.scale, *_GATES_KEPT, H=p.H, K=p.K, BT=64, BC=16,")]
+     "        q, k, g, b, A, Aqk, flags, p.cu, p.chunks, p.scale, *_GATES_KEPT, H=p.H, K=p.K, BT=64, BC=16,"),
+    *[(f"_redo_rows(q, k, g, b, A, Aqk, bos, T, t0, i_h, scale, H{end}",          # the redo takes them on
+       f"_redo_rows(q, k, g, b, A, Aqk, bos, T, t0, i_h, scale, Gk, QGk, H{end}") for end in (":", ",")]]
 # Two parts of gates_kept, to see which costs: G kept without the stores of Q_g (the WY launch would still form it),
 # and gates_kept without its barriers (a timing only: a later row may then read G before it is visible)
 _QG_STORES = ("        p_x, m_x = _tile(QGk + (bos * H + i_h) * K, t0 + ROW * BC, i_k * BK, T, K, H * K, BC, BK)\n"
@@ -431,77 +435,20 @@ SCAN_VARIANTS = {
     "masked_loads_2_stages": ("masked_loads with two pipeline stages instead of three", [_MASKED_LOADS, _TWO_STAGES],
                               {}),
 }
-# A candidate for the whole forward: programmatic dependent launch (PDL, sm_90 and newer). Each of the forward's
-# launches may then start while the one before it finishes, its programs waiting at gdc_wait, the kernel's first
-# statement, until the earlier grid has completed and its writes are visible: the launch gap leaves the GPU's
-# critical path. No early trigger: a grid counts as done when its programs exit. The same values, bit for bit (the
-# wait precedes every load). An ad hoc probe of it on the H200 (not recorded) saved about 5 us a forward at the four
-# baseline shapes; this variant is what would record it.
-_PDL_OPTIONS = '''
-def _programmatic(device):
-    """Launch options for programmatic dependent launch on ``device``: the kernels' PDL switch and Triton's
-    launch_pdl on a GPU of compute capability 9 or more, none elsewhere (the interpreter, older GPUs)."""
-    if device.type != "cuda":
-        return {}
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return dict(PDL=True, launch_pdl=True) if _device_capability(index)[0] >= 9 else {}
+# The forward's launches as they were before programmatic dependent launch (PDL, Chapter 9's PROGRAMMATIC_LAUNCH):
+# each kernel then starts only when the one before has finished. The same values, bit for bit.
+_PLAIN_LAUNCHES = ("\nPROGRAMMATIC_LAUNCH = True\n", "\nPROGRAMMATIC_LAUNCH = False\n")
 
+# The redo of a flagged chunk inlined in the kernel, as it first shipped: _redo_rows a function Triton inlines, not
+# a call. Compiled for sm_90, the inlined kernel's mode 1 takes 255 registers and 64 bytes of stack
+# (results/compile_intra_one_launch.json), and on an H100 the forward with it was the slower one at every baseline
+# shape (results/h100_forward_ablation_one_launch.json: one_intra_launch against one_intra_launch_call there).
+# The same values.
+_REDO_INLINED = [("@triton.jit(noinline=True)\ndef _redo_rows(", "@triton.jit\ndef _redo_rows(")]
 
-def _launch_intra('''
-_WAIT = ("    if PDL:                                     # the earlier launch's writes first\n"
-         "        tl.extra.cuda.gdc_wait()\n")
-_PROGRAMMATIC_EDITS = [
-    ("MID_LIMIT: tl.constexpr, OPERAND_LIMIT: tl.constexpr, DOT: tl.constexpr):",
-     "MID_LIMIT: tl.constexpr, OPERAND_LIMIT: tl.constexpr, DOT: tl.constexpr,\n"
-     "                                PDL: tl.constexpr = False):"),
-    ("STORE_AZ: tl.constexpr,\n                             DOT: tl.constexpr):",
-     "STORE_AZ: tl.constexpr,\n                             DOT: tl.constexpr, PDL: tl.constexpr = False):"),
-    ("WRITE_OUTPUT: tl.constexpr, DOT: tl.constexpr, BY_DESCRIPTOR: tl.constexpr):",
-     "WRITE_OUTPUT: tl.constexpr, DOT: tl.constexpr, BY_DESCRIPTOR: tl.constexpr,\n"
-     "                               PDL: tl.constexpr = False):"),
-    *[(end, end + _WAIT) for end in ('(SUBSTITUTION_WIDTH)."""\n', 'Chapter 10)."""\n',
-                                     '(needs rows of 16-byte multiples)."""\n')],
-    ("\ndef _launch_intra(", _PDL_OPTIONS),
-    ('maxnreg=INTRA_TILES.get("maxnreg"))', 'maxnreg=INTRA_TILES.get("maxnreg"), **_programmatic(q.device))'),
-    ('num_stages=tiles.get("num_stages", 2))', 'num_stages=tiles.get("num_stages", 2), **_programmatic(q.device))'),
-    ("num_stages=stages if p.store != torch.float32 and K <= 128 else 1)",
-     "num_stages=stages if p.store != torch.float32 and K <= 128 else 1, **_programmatic(device))"),
-]
-
-# A candidate for the default path: one intra launch. Today mode 1 flags a chunk whose midpoint factors would leave
-# float32's range, and a second launch (mode 2) redoes the flagged chunks token by token; on ordinary gates every
-# program of that launch reads its flag and returns. Here the program that sets the flag redoes its chunk itself,
-# before the inverse: after a barrier (its first pass's stores land first), the four rows again with the diagonal
-# blocks token by token, stored over the first ones. The redo is the second launch's code: the same values. The
-# branch is the whole program's (e is one value). The redo shares mode 1's register allocation, which can then
-# need more registers than today's or spill; one_intra_launch_call puts the redo in a function Triton does not
-# inline (a call), to see whether that costs.
-_SECOND_LAUNCH = ("    if MODE == 2:\n        if tl.load(flags + i_t * H + i_h) % 2 == 0:\n            return\n", "")
-_FLAGS_STORE = "        tl.store(flags + i_t * H + i_h, unsafe_here + 2 * tl.maximum(unsafe_here, unsafe_for_operands))\n"
-_REDO_ROWS = ("    for ROW in tl.static_range(4):\n"
-              "        b_L0, b_L1, b_L2, b_Ld, b_S0, b_S1, b_S2, b_Sd, e_row, amax_row = _row_scores(\n"
-              "            q, k, g, b, bos, T, t0, i_h, scale, ROW, H, K, BC, BK, True, False, DOT)\n"
-              "        _store_row(A, bos, T, i_h, t0, ROW, b_L0, b_L1, b_L2, b_Ld, H, BT, BC)\n"
-              "        _store_row(Aqk, bos, T, i_h, t0, ROW, scale * b_S0, scale * b_S1, scale * b_S2,\n"
-              "                   scale * tl.where(m_incl, b_Sd, 0.0), H, BT, BC)\n")
-_ONE_LAUNCH_HOST = ("    for mode in (0,) if p.safe_gate else (1, 2):     # midpoint (and flag), then token by token where flagged\n",
-                    "    for mode in (0,) if p.safe_gate else (1,):       # mode 1 redoes its flagged chunks itself\n")
-_ONE_INTRA_LAUNCH = [_SECOND_LAUNCH, _ONE_LAUNCH_HOST,
-                     (_FLAGS_STORE, _FLAGS_STORE + "        if e > MID_LIMIT:\n            tl.debug_barrier()\n"
-                      + "".join("        " + line + "\n" for line in _REDO_ROWS.splitlines()))]
-_ONE_INTRA_LAUNCH_CALL = [_SECOND_LAUNCH, _ONE_LAUNCH_HOST,
-                          (_FLAGS_STORE, _FLAGS_STORE + "        if e > MID_LIMIT:\n            tl.debug_barrier()\n"
-                           "            _redo_rows(q, k, g, b, A, Aqk, bos, T, t0, i_h, scale, H, K, BT, BC, BK, DOT)\n"),
-                          ("@triton.jit\ndef chunk_gdn2_fwd_intra_kernel(",
-                           "@triton.jit(noinline=True)\n"
-                           "def _redo_rows(q, k, g, b, A, Aqk, bos, T, t0, i_h, scale, H: tl.constexpr, K: tl.constexpr,\n"
-                           "               BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, DOT: tl.constexpr):\n"
-                           "    o_c = tl.arange(0, BC)\n    m_incl = o_c[:, None] >= o_c[None, :]\n" + _REDO_ROWS
-                           + "\n\n@triton.jit\ndef chunk_gdn2_fwd_intra_kernel(")]
-
-# A candidate for mode 1's check: each row's largest midpoint exponent is a reduction across the program's threads
-# (through shared memory, behind barriers), four a program. Here the rows keep their exponents per channel [BK], maxed
-# element by element, and the program reduces once, where the flags are formed: the same flags.
+# A candidate for mode 1's check: each row's largest midpoint exponent is a reduction over the program's lanes, four
+# a program. Here the rows keep their exponents per channel [BK], maxed element by element, and the program reduces
+# once, where the flags are formed: the same flags.
 _ONE_EXPONENT_MAX = [
     ("    return b_L0, b_L1, b_L2, b_Ld, b_S0, b_S1, b_S2, b_Sd, tl.max(b_x), amax\n",
      "    return b_L0, b_L1, b_L2, b_Ld, b_S0, b_S1, b_S2, b_Sd, b_x, amax\n"),
@@ -510,29 +457,17 @@ _ONE_EXPONENT_MAX = [
      "        e = tl.max(e)\n        unsafe_here = (e > MID_LIMIT).to(tl.int32)\n"),
 ]
 
-# The intra kernel's candidates (no cuts: they compute the forward's values), programmatic_launch and the one intra
-# launch (alone, as a call, with PDL), timed as whole forwards (--launch forward): what a switch to one would change
-# in the time that the harness compares with FLA's.
+# The intra kernel's candidates (no cuts: they compute the forward's values) and plain_launches, timed as whole
+# forwards (--launch forward): what a switch to one would change in the time that the harness compares with FLA's.
 FORWARD_VARIANTS = {**{name: v for name, v in VARIANTS.items()
                        if name == "baseline" or name.startswith(("inverse_by_", "maxnreg_"))},
-                    "programmatic_launch": ("the forward's launches programmatic and dependent (PDL) on sm_90 and "
-                                            "newer, each kernel waiting at its start for the one before (a "
-                                            "candidate: the same values)", _PROGRAMMATIC_EDITS, {}),
-                    "one_intra_launch": ("mode 1 redoes its flagged chunks itself, no second intra launch (a "
-                                         "candidate: the same values)", _ONE_INTRA_LAUNCH, {}),
-                    "one_intra_launch_call": ("one_intra_launch with the redo in a function Triton does not inline "
-                                              "(a candidate: the same values)", _ONE_INTRA_LAUNCH_CALL, {}),
-                    "one_intra_launch_pdl": ("one_intra_launch and programmatic_launch together (a candidate: the "
-                                             "same values)", _ONE_INTRA_LAUNCH + _PROGRAMMATIC_EDITS, {}),
+                    "plain_launches": ("the forward's launches without programmatic dependent launch (PDL), each "
+                                       "kernel starting when the one before has finished (the same values)",
+                                       [_PLAIN_LAUNCHES], {}),
+                    "redo_inlined": ("the redo of a flagged chunk inlined in the kernel, not called (the same "
+                                     "values)", _REDO_INLINED, {}),
                     "one_exponent_max": ("mode 1 reduces its midpoint exponents to one number once a program, not "
-                                         "once a row (a candidate: the same flags)", _ONE_EXPONENT_MAX, {}),
-                    "one_intra_launch_call_pdl": ("one_intra_launch_call and programmatic_launch together (a "
-                                                  "candidate: the same values)",
-                                                  _ONE_INTRA_LAUNCH_CALL + _PROGRAMMATIC_EDITS, {}),
-                    "one_intra_launch_call_pdl_max": ("one_intra_launch_call_pdl and one_exponent_max together (a "
-                                                      "candidate: the same values)",
-                                                      _ONE_INTRA_LAUNCH_CALL + _PROGRAMMATIC_EDITS
-                                                      + _ONE_EXPONENT_MAX, {})}
+                                         "once a row (a candidate: the same flags)", _ONE_EXPONENT_MAX, {})}
 LAUNCHES = {"intra": VARIANTS, "wy": WY_VARIANTS, "scan": SCAN_VARIANTS, "forward": FORWARD_VARIANTS}
 
 

@@ -7,9 +7,9 @@ throughput against the device's peaks, and why warps were not issued (the stall 
 
 The tool runs itself again under ``ncu`` (``--target``): that process calls ``chunk_gdn2_fwd`` three times and
 ``ncu`` records the launches of the third, the first two being warm-up (compilation, caches). The default
-path launches the intra kernel twice (mode 1, then mode 2 on the flagged chunks: none at the baseline's gates,
-so its programs return at once); both launches are recorded, in launch order. The scan writes the output
-(chunk_kernels.FUSE_OUTPUT): four launches a forward, five when the output kernel runs after the scan.
+path launches the intra kernel once (mode 1, which redoes the flagged chunks itself; records before that
+change hold a second launch, mode 2), then WY and the scan, in launch order. The scan writes the output
+(chunk_kernels.FUSE_OUTPUT): three launches a forward, four when the output kernel runs after the scan.
 """
 
 import argparse
@@ -119,8 +119,8 @@ def main(argv=None):
     from gdn2edu import chunk_kernels
     from gdn2edu.bench import provenance
 
-    # intra twice (modes 1 and 2), wy, the scan, and the output kernel unless the scan writes the output
-    launches_per_forward = 4 + (not chunk_kernels.FUSE_OUTPUT)
+    # intra, wy, the scan, and the output kernel unless the scan writes the output
+    launches_per_forward = 3 + (not chunk_kernels.FUSE_OUTPUT)
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "details.csv"
         command = [ncu, "--clock-control", "none", "--csv", "--page", "details", "--log-file", str(log),

@@ -7,7 +7,7 @@ GPU; JSON with provenance.
 
 At B = 1 the scan runs 128 dependent chunk steps on 128 programs, one per multiprocessor, and leaves most of each
 multiprocessor idle (Chapter 11's counters), while the intra and WY kernels are fully parallel. Host code only:
-segment s of sequence n is the chunk range [a_s, b_s) of that sequence; its intra launches (both modes) and its WY
+segment s of sequence n is the chunk range [a_s, b_s) of that sequence; its intra launch and its WY
 launch take pointer offsets into the flags, gamma_n and the chunk map, so that they are the shipped kernels on
 fewer programs, and its scan (the one that writes the output) starts from the state the previous segment's scan
 left, as a sequence of its own. Two orders of the launches on the main stream: "interleaved" (intra and WY segment
@@ -87,8 +87,8 @@ def overlapped_forward(q, k, v, g, b, w, count=2, order="intra_first"):
         side.wait_stream(main)
     states = [None] * B
 
-    def intra(c0, c1, mode):          # chunks c0 .. c1 of the plan's map (sequence-major: n * NT + c)
-        ck._launch_intra(q, k, g, b, A, Aqk, flags[c0:], p._replace(chunks=p.chunks[c0:c1]), mode)
+    def intra(c0, c1):                # chunks c0 .. c1 of the plan's map (sequence-major: n * NT + c)
+        ck._launch_intra(q, k, g, b, A, Aqk, flags[c0:], p._replace(chunks=p.chunks[c0:c1]), 1)
 
     def wy(c0, c1):
         ck._launch_wy(q, k, v, g, b, w, A, dict(f, GN=f["GN"][c0:]), p._replace(chunks=p.chunks[c0:c1]))
@@ -99,13 +99,11 @@ def overlapped_forward(q, k, v, g, b, w, count=2, order="intra_first"):
         states[n] = ck._scan_states(f, states[n], True, segment, o=o, store_states=False, value_block=BV)["ht"]
 
     if order == "intra_first":
-        for mode in (1, 2):
-            intra(0, B * NT, mode)
+        intra(0, B * NT)
     for a, z in parts:
         for n in range(B):
             if order == "interleaved":
-                for mode in (1, 2):
-                    intra(n * NT + a, n * NT + z, mode)
+                intra(n * NT + a, n * NT + z)
             wy(n * NT + a, n * NT + z)
             if not sides:
                 scan(n, a, z)

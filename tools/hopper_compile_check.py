@@ -101,7 +101,8 @@ def launches(K, V, fp32_dot=None, shared_memory=None, descriptors=False):
     The float32 launches' products use ``fp32_dot`` (None: chunk_kernels.FLOAT32_DOT), the bf16 ones "tf32";
     ``shared_memory``, a block's bytes on the target (None: a Hopper's), picks the stages that depend on it;
     ``descriptors``: the target has tensor descriptors (sm_90), where the forward scan loads through them as
-    _scan_by_descriptor has it (K and V of both launches' tiles are multiples of 16 bytes)."""
+    _scan_by_descriptor has it (K and V of both launches' tiles are multiples of 16 bytes), and the forward's
+    kernels launch programmatically (chunk_kernels._programmatic: compute capability 9 or more)."""
     f32 = ck.FLOAT32_DOT if fp32_dot is None else fp32_dot
     intra, wy, scan, out = ck.INTRA_TILES, ck.WY_TILES, ck.SCAN_TILES, ck.OUTPUT_TILES
     # a package older than BWD_WY_TILES (an older commit on PYTHONPATH) recomputed WY with the forward's tiles
@@ -121,19 +122,24 @@ def launches(K, V, fp32_dot=None, shared_memory=None, descriptors=False):
         else {}
     # a package older than the blocked inverse had no substitution width
     substitution = dict(SUB=ck.SUBSTITUTION_WIDTH) if hasattr(ck, "SUBSTITUTION_WIDTH") else {}
+    # the intra kernel's modes: safe_gate's and the checked one; a package older than PROGRAMMATIC_LAUNCH launched
+    # the checked mode 1 and then mode 2 on the flagged chunks, and no mode 0 of its own
+    intra_modes = (0, 1) if hasattr(ck, "PROGRAMMATIC_LAUNCH") else (1, 2)
+    # on a target with descriptors (sm_90) the forward's three kernels also wait for the launch before
+    pdl = dict(PDL=True) if descriptors and getattr(ck, "PROGRAMMATIC_LAUNCH", False) else {}
     return [
         # the intra kernel as float32 and bf16 inputs launch it, and with float16's operand check (OPERAND_LIMIT
         # below MID_LIMIT compiles the check in; bf16 pointers stand in for float16 ones)
         *((ck.chunk_gdn2_fwd_intra_kernel, dict(H=H, K=K, BT=64, BC=16, BK=intra["BK"], MODE=mode,
                                                 MID_LIMIT=ck.MID_LIMIT, OPERAND_LIMIT=ck._operand_limit(store),
-                                                DOT=dot, **substitution),
+                                                DOT=dot, **substitution, **pdl),
            intra["num_warps"], intra["num_stages"], pointers)
           for dot, pointers, store in ((f32, (), torch.float32), ("tf32", INTRA_BF16, torch.bfloat16),
-                                       ("tf32", INTRA_BF16, torch.float16)) for mode in (1, 2)),
+                                       ("tf32", INTRA_BF16, torch.float16)) for mode in intra_modes),
         # the WY kernel as the forward launches it (AZ, no G), as the default backward's recomputation does (G, no
         # AZ) and as a recomputation of the scan too does (G and AZ: recompute_states, disable_recompute)
         *((ck.chunk_gdn2_fwd_wy_kernel, dict(H=H, K=K, V=V, BT=64, BK=t["BK"], BV=t["BV"], STORE_G=store_G,
-                                             STORE_AZ=store_AZ, DOT=dot), t["num_warps"],
+                                             STORE_AZ=store_AZ, DOT=dot, **pdl), t["num_warps"],
            t.get("num_stages", 2), pointers)
           for dot, pointers in ((f32, ()), ("tf32", WY_BF16))
           for store_G, store_AZ, t in ((False, True, wy), (True, False, bwy), (True, True, wy))),
@@ -141,7 +147,7 @@ def launches(K, V, fp32_dot=None, shared_memory=None, descriptors=False):
         # autograd does (the output, and the states that the backward keeps) and as a forward without a backward
         # does (the output alone), in float32 and with 16-bit intermediates
         *((ck.chunk_gdn2_fwd_scan_kernel, dict(H=H, K=K, V=V, BT=64, BK=K, BV=fscan_bv, USE_INITIAL_STATE=True,
-                                               STORE_FINAL_STATE=True, DOT=dot, **by_descriptor,
+                                               STORE_FINAL_STATE=True, DOT=dot, **by_descriptor, **pdl,
                                                **(dict(STORE_STATES=states, WRITE_OUTPUT=output) if fused else {})),
            scan["num_warps"], stages if pointers and K <= 128 else 1, pointers)
           for dot, pointers in ((f32, ()), ("tf32", ("AE", "AZ", "KG", "h", "R", "QG", "Aqk", "o")))
@@ -399,7 +405,7 @@ def check(target, limit, dim, registers, kernels, fp32_dot, aligned=False, recor
         inputs = inputs_label(constexprs, bf16)
         label = (f", dot {constexprs['DOT']}" if "DOT" in constexprs else "") + \
             (f", MODE {constexprs['MODE']}" if "MODE" in constexprs else "") + \
-            "".join(f", {flag}" for flag in ("STORE_G", "STORE_AZ", "WRITE_OUTPUT", "BY_DESCRIPTOR")
+            "".join(f", {flag}" for flag in ("STORE_G", "STORE_AZ", "WRITE_OUTPUT", "BY_DESCRIPTOR", "PDL")
                     if constexprs.get(flag)) + \
             (", no STORE_STATES" if constexprs.get("STORE_STATES") is False else "")
         options = dict(num_warps=num_warps, num_stages=num_stages)
