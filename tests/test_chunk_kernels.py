@@ -348,3 +348,17 @@ def test_tensor_descriptors_need_a_hopper_and_a_triton_that_makes_them(monkeypat
 def test_tensor_descriptors_at_names_a_major_that_is_not_an_int(major):
     with pytest.raises(ValueError, match="major must be an int"):
         chunk_kernels.tensor_descriptors_at(major)
+
+
+@pytest.mark.parametrize("capability, wanted", [((9, 0), dict(PDL=True, launch_pdl=True)), ((10, 0),
+                                                 dict(PDL=True, launch_pdl=True)), ((8, 9), {}), ((8, 0), {})])
+def test_programmatic_launch_is_asked_for_on_compute_capability_9_and_up(monkeypatch, capability, wanted):
+    """_programmatic gives the forward's launches PDL (the kernels' wait and Triton's launch_pdl) on a GPU of
+    compute capability 9 or more, while PROGRAMMATIC_LAUNCH is on; nothing on older GPUs, on the CPU, or with
+    the switch off (the capability is mocked: this machine has no GPU)."""
+    asked = []
+    monkeypatch.setattr(chunk_kernels, "_device_capability", lambda index: asked.append(index) or capability)
+    assert chunk_kernels._programmatic(torch.device("cuda", 1)) == wanted and asked == [1]
+    assert chunk_kernels._programmatic(torch.device("cpu")) == {}
+    monkeypatch.setattr(chunk_kernels, "PROGRAMMATIC_LAUNCH", False)
+    assert chunk_kernels._programmatic(torch.device("cuda", 1)) == {}
