@@ -78,8 +78,8 @@ def test_inverse_stays_accurate_when_L_is_near_ones():
     assert ((got.double() - want).abs().max() / want.abs().max()).item() < 1e-5
 
 
-# the interpreter's numpy warns of the infinities that the midpoint launch forms on flagged chunks, which the
-# second launch redoes (as in test_gate_paths.py)
+# the interpreter's numpy warns of the infinities that the midpoint pass forms on flagged chunks, which the
+# intra kernel then redoes (as in test_gate_paths.py)
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_aqk_stored_in_16_bits_changes_no_value():
     """Aqk is stored in the intermediates' type: its reader, the output kernel, rounds it to that type before its

@@ -24,8 +24,8 @@ sys.path.insert(0, str(ROOT / "tools"))
 import gpu_test_matrix as matrix  # noqa: E402
 
 GATES = ("one token -100", "every token -12", "zero", "logsigmoid/0.1", "logsigmoid/1")
-# the interpreter's numpy warns of the infinities that the first (midpoint) launch forms on flagged chunks,
-# which the second launch redoes; the tests judge what comes out
+# the interpreter's numpy warns of the infinities that the first (midpoint) pass forms on flagged chunks,
+# which the intra kernel then redoes; the tests judge what comes out
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 

@@ -9,7 +9,7 @@ tools/gpu_scan_overlap.py cut the forward into segments launched from Python and
 could not say whether an overlap would pay without it. This tool measures the ceiling of any overlap of the scan
 with the launches before it. The scan reads the intermediates of a forward made once (its AE, AZ, KG, QG, Aqk and
 gamma_n), so it depends on nothing launched in the round, and runs on a high-priority side stream while the main
-stream runs the intra launches (both modes), the WY launch or both into buffers of their own. Such a run computes
+stream runs the intra launch, the WY launch or both into buffers of their own. Such a run computes
 nothing a forward needs in that order: it times how the launches share the multiprocessors, the most that a
 scan which waits on the WY kernel's chunks one by one (flags in memory, one launch each) could save. Each round
 times, in turn: each launch alone; the three of them one after another on one stream (the shipped forward's
@@ -39,7 +39,7 @@ RUNS = {"intra": (("intra",), False), "wy": (("wy",), False), "scan": (("scan",)
 
 
 class Launches:
-    """The forward's launches on one input, each a function of no arguments: ``intra`` (both modes, new A and
+    """The forward's launches on one input, each a function of no arguments: ``intra`` (new A and
     Aqk), ``wy`` (on a forward's A, new outputs) and ``scan`` (on that forward's intermediates, into ``o``).
     Built from a forward made once, the default path without an initial state; ``shipped`` is its output.
     ``scan_stages``: the scan's pipeline stages (None: the shipped FUSED_SCAN_STAGES)."""

@@ -123,7 +123,7 @@ def launches(K, V, fp32_dot=None, shared_memory=None, descriptors=False):
     # a package older than the blocked inverse had no substitution width
     substitution = dict(SUB=ck.SUBSTITUTION_WIDTH) if hasattr(ck, "SUBSTITUTION_WIDTH") else {}
     # the intra kernel's modes: safe_gate's and the checked one; a package older than PROGRAMMATIC_LAUNCH launched
-    # the checked mode 1 and then mode 2 on the flagged chunks, and no mode 0 of its own
+    # the checked mode 1 and then mode 2 on the flagged chunks (its mode 0, safe_gate's, is not compiled there)
     intra_modes = (0, 1) if hasattr(ck, "PROGRAMMATIC_LAUNCH") else (1, 2)
     # on a target with descriptors (sm_90) the forward's three kernels also wait for the launch before
     pdl = dict(PDL=True) if descriptors and getattr(ck, "PROGRAMMATIC_LAUNCH", False) else {}
