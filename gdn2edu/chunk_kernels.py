@@ -300,8 +300,8 @@ def _store_inverse(A, bos, T, i_h, t0, b_L00, b_L11, b_L22, b_L33, b_L10, b_L20,
 def _redo_rows(q, k, g, b, A, Aqk, bos, T, t0, i_h, scale, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
                BC: tl.constexpr, BK: tl.constexpr, DOT: tl.constexpr):
     """A flagged chunk's four rows of blocks formed again, the diagonal blocks token by token, and stored over
-    the first pass's. A function Triton does not inline (a call): the register allocator sees the kernel's
-    common path apart from this rare one (Chapter 9, "One launch for the intra kernel")."""
+    the first pass's. A function Triton does not inline (a call): on an H100 the forward was faster with it
+    called than inlined, at no fewer registers (Chapter 9, "One launch for the intra kernel")."""
     for ROW in tl.static_range(4):
         b_L0, b_L1, b_L2, b_Ld, b_S0, b_S1, b_S2, b_Sd, e_row, amax_row = _row_scores(
             q, k, g, b, bos, T, t0, i_h, scale, ROW, H, K, BC, BK, True, False, DOT)
@@ -877,12 +877,11 @@ def _launch_wy(q, k, v, g, b, w, A, out, p: _Plan, tiles=None):
     they are not None), with the tile table ``tiles`` (None: WY_TILES); a chunk's heads in neighbouring programs,
     as in _launch_intra."""
     tiles = WY_TILES if tiles is None else tiles
-    programmatic = _programmatic(q.device)
     chunk_gdn2_fwd_wy_kernel[(p.chunks.shape[0] * p.H,)](
         q, k, v, g, b, w, A, out["AE"], out["AZ"], out["KG"], out["QG"], out["GN"], out["G"], p.cu, p.chunks,
         p.scale, H=p.H, K=p.K, V=p.V, BT=64, BK=min(_block_width(p.K), tiles["BK"]),
         BV=_block_width(p.V, tiles["BV"]), STORE_G=out["G"] is not None, STORE_AZ=out["AZ"] is not None,
-        DOT=p.DOT, num_warps=tiles["num_warps"], num_stages=tiles.get("num_stages", 2), **programmatic)
+        DOT=p.DOT, num_warps=tiles["num_warps"], num_stages=tiles.get("num_stages", 2), **_programmatic(q.device))
 
 
 def _scan_states(f, initial_state, output_final_state, p: _Plan, o=None, store_states=True, value_block=None):
@@ -907,8 +906,9 @@ def _scan_states(f, initial_state, output_final_state, p: _Plan, o=None, store_s
         BT=64, BK=BK, BV=BV, USE_INITIAL_STATE=h0 is not None, STORE_FINAL_STATE=ht is not None,
         STORE_STATES=store_states, WRITE_OUTPUT=o is not None, DOT=p.DOT, BY_DESCRIPTOR=by_descriptor,
         num_warps=SCAN_TILES["num_warps"] if BK > 64 else 4,
-        num_stages=stages if p.store != torch.float32 and K <= 128 else 1, **_programmatic(device))  # else they fill shared memory:
-    # float32 tiles, or K = 256, where Triton 3.6 asked 288 KiB of an H200's 227 for four stages
+        # one stage for float32 tiles or K = 256, whose stages fill shared memory (Triton 3.6 asked 288 KiB of an
+        # H200's 227 for four)
+        num_stages=stages if p.store != torch.float32 and K <= 128 else 1, **_programmatic(device))
     if by_descriptor:
         _with_descriptor_scratch(launch, device)
     else:

@@ -441,7 +441,7 @@ _PLAIN_LAUNCHES = ("\nPROGRAMMATIC_LAUNCH = True\n", "\nPROGRAMMATIC_LAUNCH = Fa
 
 # The redo of a flagged chunk inlined in the kernel, as it first shipped: _redo_rows a function Triton inlines, not
 # a call. Compiled for sm_90, the inlined kernel's mode 1 takes 255 registers and 64 bytes of stack
-# (results/compile_intra_one_launch.json), and on an H100 the forward with it was the slower one at every baseline
+# (results/compile_intra_one_launch_inlined.json), and on an H100 the forward with it was the slower one at every baseline
 # shape (results/h100_forward_ablation_one_launch.json: one_intra_launch against one_intra_launch_call there).
 # The same values.
 _REDO_INLINED = [("@triton.jit(noinline=True)\ndef _redo_rows(", "@triton.jit\ndef _redo_rows(")]
