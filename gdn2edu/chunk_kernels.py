@@ -877,11 +877,12 @@ def _launch_wy(q, k, v, g, b, w, A, out, p: _Plan, tiles=None):
     they are not None), with the tile table ``tiles`` (None: WY_TILES); a chunk's heads in neighbouring programs,
     as in _launch_intra."""
     tiles = WY_TILES if tiles is None else tiles
+    programmatic = _programmatic(q.device)  # before the launch: an ablation rebinds q to a descriptor there
     chunk_gdn2_fwd_wy_kernel[(p.chunks.shape[0] * p.H,)](
         q, k, v, g, b, w, A, out["AE"], out["AZ"], out["KG"], out["QG"], out["GN"], out["G"], p.cu, p.chunks,
         p.scale, H=p.H, K=p.K, V=p.V, BT=64, BK=min(_block_width(p.K), tiles["BK"]),
         BV=_block_width(p.V, tiles["BV"]), STORE_G=out["G"] is not None, STORE_AZ=out["AZ"] is not None,
-        DOT=p.DOT, num_warps=tiles["num_warps"], num_stages=tiles.get("num_stages", 2), **_programmatic(q.device))
+        DOT=p.DOT, num_warps=tiles["num_warps"], num_stages=tiles.get("num_stages", 2), **programmatic)
 
 
 def _scan_states(f, initial_state, output_final_state, p: _Plan, o=None, store_states=True, value_block=None):
