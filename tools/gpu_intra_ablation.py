@@ -249,6 +249,9 @@ _GATES_ONLY_EDITS = [_GATES_KEPT_EDITS[0], (_ROW_GATES, _GATES_KEPT_EDITS[1][1].
                      *_GATES_KEPT_EDITS[3:]]
 _GATES_KEPT_NO_BARRIER_EDITS = [edit for edit in _GATES_KEPT_EDITS if "tl.debug_barrier()" not in edit[1]]
 
+_REDO_BRANCH = ("        if e > MID_LIMIT:                       # (the whole program's branch: e is one value) the four "
+                "rows again,\n", "        if False:\n")
+
 VARIANTS = {
     "baseline": ("the shipped kernel and tiles", [], {}),
     "no_inverse": ("phase 2 cut: no read-back of L, no substitutions, no block merges, no stores of A", [_SKIP_INVERSE], {}),
@@ -290,6 +293,13 @@ VARIANTS = {
     "gates_kept_g_only": ("gates_kept without the stores of Q_g (G kept and read back)", _GATES_ONLY_EDITS, {}),
     "gates_kept_no_barrier": ("gates_kept without the barriers after its rows (a timing: G may be read early)",
                               _GATES_KEPT_NO_BARRIER_EDITS, {}),
+    # where mode 1's extra time over mode 0 goes: its redo's branch and call cut (the flags still formed and
+    # stored), or its whole check cut (mode 1 compiled as mode 0); at the baseline's gates no chunk is flagged, so
+    # both compute the shipped values there
+    "no_redo": ("mode 1's redo of a flagged chunk cut, its flags kept (a timing: no chunk is flagged at the "
+                "baseline's gates)", [_REDO_BRANCH], {}),
+    "no_check": ("mode 1's check cut: no flags, no redo, the kernel of mode 0 (a timing)",
+                 [("    if MODE == 1:\n        unsafe_here", "    if MODE == 2:\n        unsafe_here")], {}),
 }
 
 # The WY kernel's variants, each timed on the WY launch (--launch wy), against what FLA's kernel for the step
