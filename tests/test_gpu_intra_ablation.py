@@ -99,6 +99,36 @@ def test_the_redo_and_check_variants_compute_the_shipped_values(tmp_path, name, 
     assert torch.equal(module.chunk_gdn2_fwd(*x)[0], chunk_kernels.chunk_gdn2_fwd(*x)[0])
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_the_check_cuts_change_only_flagged_chunks(tmp_path):
+    """no_redo (the redo's branch cut) and no_check (the whole check cut) change the intra kernel alone; in the
+    interpreter they write the shipped A and Aqk at ordinary gates, which flag no chunk (what the timing runs on),
+    and no_check writes no flags; with a token at -100 their A differs from the shipped one."""
+    source = ablation.SOURCE.read_text()
+    ordinary = list(chunk_kernels.baseline_inputs(1, 128, 2, K=32, V=32, dtype=torch.float32, device="cpu"))
+    flagged = [x.clone() for x in ordinary]
+    flagged[3][0, 70, 1] = -100.0
+
+    def intra(module, x):
+        p = chunk_kernels._plan(*x, None, None, None)
+        A, Aqk, flags = module._intra_buffers(p, "cpu")
+        A.zero_(), flags.fill_(7)                  # A's blocks above the diagonal are not written
+        module._launch_intra(x[0], x[1], x[3], x[4], A, Aqk, flags, p, 1)
+        return A, Aqk, flags
+
+    shipped = {name: intra(chunk_kernels, x) for name, x in (("ordinary", ordinary), ("flagged", flagged))}
+    assert not shipped["ordinary"][2].any() and shipped["flagged"][2].remainder(2).any()
+    for name in ("no_redo", "no_check"):
+        changed = {n for n, s in module_kernels(ablation.variant_source(name)).items()
+                   if module_kernels(source).get(n) != s}
+        assert changed == {"chunk_gdn2_fwd_intra_kernel"}, name
+        module = ablation.load_variant(name, tmp_path)
+        A, Aqk, flags = intra(module, ordinary)
+        assert torch.equal(A, shipped["ordinary"][0]) and torch.equal(Aqk, shipped["ordinary"][1]), name
+        assert torch.equal(flags, shipped["ordinary"][2]) == (name == "no_redo"), name   # no_check: left at 7
+        assert not torch.equal(intra(module, flagged)[0], shipped["flagged"][0]), name
+
+
 def test_a_stale_edit_is_refused_and_unknown_names_too():
     with pytest.raises(ValueError, match="an edit matches 0 times"):
         ablation.variant_source("no_inverse", source="def f():\n    pass\n")
