@@ -1,5 +1,6 @@
-"""tools/gpu_kernel_counters.py: the parsing of Nsight Compute's CSV details page, its --shape option, and its
-refusal to run without a GPU (the counters themselves need one: Chapter 11 reads the H200 record)."""
+"""tools/gpu_kernel_counters.py: the parsing of Nsight Compute's CSV details page, its --shape and --variant
+options, and its refusal to run without a GPU (the counters themselves need one: Chapter 11 reads the H200
+record)."""
 
 import argparse
 import re
@@ -84,3 +85,31 @@ def test_the_inputs_line_of_the_profiled_process_is_found_or_missed_loudly():
     assert counters.target_inputs(out) == {"K": 128, "V": 64, "dtype": "bfloat16"}
     with pytest.raises(ValueError, match="no inputs line"):
         counters.target_inputs("compiling\n")
+
+
+def test_variants_are_checked_names_of_the_ablation_tool():
+    import gpu_intra_ablation as ablation
+
+    for name in counters.COUNTED_VARIANTS:
+        assert counters.variant_arg(name) == name
+        assert name in ablation.FORWARD_VARIANTS or name in ablation.VARIANTS, name
+    with pytest.raises(argparse.ArgumentTypeError, match="expected one of"):
+        counters.variant_arg("fused_wy")                 # it drops the WY launch: not the forward's launches
+    result = subprocess.run([sys.executable, "tools/gpu_kernel_counters.py", "--variant", "fastest"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "--variant" in result.stderr and "'fastest'" in result.stderr
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_the_profiled_forward_is_the_variants_and_keeps_the_kernel_names(tmp_path):
+    """The target runs the shipped module without --variant, else the variant's own module, whose kernels keep
+    their names (ncu picks them by KERNEL_PREFIX); no_check's forward is the shipped one where no chunk is
+    flagged (the baseline's gates), bit for bit in the interpreter."""
+    from gdn2edu import chunk_kernels
+
+    assert counters.forward_module(None, tmp_path) is chunk_kernels
+    module = counters.forward_module("no_check", tmp_path)
+    assert module is not chunk_kernels and module.__name__ == "chunk_kernels_no_check"
+    assert module.chunk_gdn2_fwd_intra_kernel.fn.__name__.startswith(counters.KERNEL_PREFIX)
+    x = chunk_kernels.baseline_inputs(1, 100, 2, K=32, V=32, dtype=torch.float32, device="cpu")
+    assert torch.equal(module.chunk_gdn2_fwd(*x)[0], chunk_kernels.chunk_gdn2_fwd(*x)[0])

@@ -4,6 +4,8 @@ throughput against the device's peaks, and why warps were not issued (the stall 
 
     python tools/gpu_kernel_counters.py --out results/h200_forward_counters.json [--commit SHA]
         [--shape B,T,H]   (default 1,8192,16; bf16, K = V = 128, chunk_kernels.baseline_inputs)
+        [--variant NAME]  (a variant of tools/gpu_intra_ablation.py instead of the shipped kernels: one of
+                           COUNTED_VARIANTS, each a forward of the same launches)
 
 The tool runs itself again under ``ncu`` (``--target``): that process calls ``chunk_gdn2_fwd`` three times and
 ``ncu`` records the launches of the third, the first two being warm-up (compilation, caches). The default
@@ -37,6 +39,9 @@ STALL_PREFIX, STALL_SUFFIX = "smsp__average_warps_issue_stalled_", "_per_issue_a
 STALL_METRICS = rf"regex:^{STALL_PREFIX}.*{STALL_SUFFIX.replace('.', '[.]')}$"
 KERNEL_PREFIX = "chunk_gdn2_fwd_"          # the forward's kernels: intra, wy, scan (and output)
 FORWARDS = 3                               # the last one is recorded
+# the ablation variants whose counters can be read: the whole-forward candidates and the two cuts of the intra
+# kernel's check, which keep the forward's launches (a cut's values are wrong only where a chunk is flagged)
+COUNTED_VARIANTS = ("plain_launches", "redo_inlined", "one_exponent_max", "no_redo", "no_check")
 
 
 def shape_arg(text):
@@ -79,15 +84,36 @@ def parse_details(text):
     return [launches[i] for i in sorted(launches)]
 
 
-def run_target(shape):
-    """The profiled process: FORWARDS calls of the forward at ``shape`` on the baseline's inputs; prints one JSON
-    line with the inputs' K, V and dtype, which the record states."""
-    from gdn2edu.chunk_kernels import baseline_inputs, chunk_gdn2_fwd
+def variant_arg(text):
+    """--variant NAME -> NAME, one of COUNTED_VARIANTS, or an argparse error."""
+    if text not in COUNTED_VARIANTS:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(COUNTED_VARIANTS)}, got {text!r}")
+    return text
 
-    q, k, v, g, b, w = baseline_inputs(*shape)
-    for _ in range(FORWARDS):
-        chunk_gdn2_fwd(q, k, v, g, b, w)
-    torch.cuda.synchronize()
+
+def forward_module(variant, folder):
+    """chunk_kernels, or with ``variant`` (a name of COUNTED_VARIANTS) its source as tools/gpu_intra_ablation.py
+    edits it, loaded as a module of its own from ``folder``: what the profiled process runs."""
+    from gdn2edu import chunk_kernels
+
+    if variant is None:
+        return chunk_kernels
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import gpu_intra_ablation as ablation
+
+    variants = ablation.FORWARD_VARIANTS if variant in ablation.FORWARD_VARIANTS else ablation.VARIANTS
+    return ablation.load_variant(variant, folder, variants)
+
+
+def run_target(shape, variant=None):
+    """The profiled process: FORWARDS calls of the forward (of ``variant``, else the shipped one) at ``shape`` on
+    the baseline's inputs; prints one JSON line with the inputs' K, V and dtype, which the record states."""
+    with tempfile.TemporaryDirectory() as folder:
+        module = forward_module(variant, folder)
+        q, k, v, g, b, w = module.baseline_inputs(*shape)
+        for _ in range(FORWARDS):
+            module.chunk_gdn2_fwd(q, k, v, g, b, w)
+        torch.cuda.synchronize()
     print(json.dumps({"inputs": {"K": q.shape[-1], "V": v.shape[-1], "dtype": str(q.dtype).removeprefix("torch.")}}))
 
 
@@ -105,12 +131,14 @@ def main(argv=None):
     p.add_argument("--out", type=Path)
     p.add_argument("--commit", default=None)
     p.add_argument("--shape", type=shape_arg, default=(1, 8192, 16))
+    p.add_argument("--variant", type=variant_arg, default=None,
+                   help=f"profile a variant of tools/gpu_intra_ablation.py: {', '.join(COUNTED_VARIANTS)}")
     p.add_argument("--target", action="store_true", help=argparse.SUPPRESS)   # the process ncu profiles
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("gpu_kernel_counters.py reads a GPU's counters: it needs a CUDA GPU")
     if args.target:
-        return run_target(args.shape)
+        return run_target(args.shape, args.variant)
     if args.out is None:
         p.error("--out is required")
     ncu = shutil.which("ncu")
@@ -128,7 +156,7 @@ def main(argv=None):
                    "-c", str(launches_per_forward), *(a for s in SECTIONS for a in ("--section", s)),
                    "--metrics", STALL_METRICS,
                    sys.executable, str(Path(__file__).resolve()), "--target", "--shape",
-                   ",".join(map(str, args.shape))]
+                   ",".join(map(str, args.shape)), *(["--variant", args.variant] if args.variant else [])]
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             raise SystemExit(f"ncu failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
@@ -142,7 +170,7 @@ def main(argv=None):
     dtype = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(inputs["dtype"], inputs["dtype"])
     record = {"provenance": provenance("cuda", args.commit, argv, program="python tools/gpu_kernel_counters.py"),
               "ncu": version, "ncu_command": ["<log file>" if a == str(log) else a for a in command[1:]],
-              "shape": list(args.shape), "K": inputs["K"], "V": inputs["V"], "dtype": dtype,
+              "shape": list(args.shape), "variant": args.variant, "K": inputs["K"], "V": inputs["V"], "dtype": dtype,
               "sections": list(SECTIONS), "stall_metrics": STALL_METRICS, "launches": launches}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n")
