@@ -249,8 +249,8 @@ _GATES_ONLY_EDITS = [_GATES_KEPT_EDITS[0], (_ROW_GATES, _GATES_KEPT_EDITS[1][1].
                      *_GATES_KEPT_EDITS[3:]]
 _GATES_KEPT_NO_BARRIER_EDITS = [edit for edit in _GATES_KEPT_EDITS if "tl.debug_barrier()" not in edit[1]]
 
-_REDO_BRANCH = ("        if e > MID_LIMIT:                       # (the whole program's branch: e is one value) the four "
-                "rows again,\n", "        if False:\n")
+_REDO_BRANCH = ("        if e > MID_LIMIT:                       # (the whole program's branch: e is one value) "
+                "the four rows again,\n", "        if False:\n")
 
 VARIANTS = {
     "baseline": ("the shipped kernel and tiles", [], {}),
