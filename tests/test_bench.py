@@ -13,6 +13,7 @@ import torch
 from gdn2edu import bench, chunk_kernels
 from gdn2edu.bench import (CHECK_THRESHOLDS, IMPLEMENTATIONS, amdahl_speedup, forward_kernel_costs, main, parse_shapes,
                            roofline_time_ms, run_benchmark, summarize_processes)
+from gdn2edu.kernel_history import FLOAT32_ONLY, changed_in_files
 
 
 def run_cli(root, *args, timeout=120):
@@ -130,18 +131,21 @@ def test_summary_of_the_recorded_gate_path_runs(root):
 
 
 def test_summary_of_the_harness_record(root):
-    """results/h200_bench_harness.json, the like-for-like record Chapters 9-11 read: three measured processes
-    after a warm-up, its stored summary is what summarize_processes gives on them, every FLA/ours median is
-    the median of the per-process ratios read from the rows, and it covers both gate paths at the four shapes."""
+    """results/h200_bench_harness.json, the like-for-like record Chapters 8-12 read: an H200 run of today's kernels
+    (where the git history is at hand), three measured processes after a warm-up, its stored summary is what
+    summarize_processes gives on them, every FLA/ours median is the median of the per-process ratios read from the
+    rows, and it covers every part of RATIO_PARTS for both gate paths at the four shapes."""
     record = json.loads((root / "results" / "h200_bench_harness.json").read_text())
+    assert record["provenance"]["device"] == "NVIDIA H200" and record["settings"]["dtype"] == "bf16"
+    assert changed_in_files(record["provenance"]["commit"], "HEAD", ignoring=FLOAT32_ONLY) in (None, set())
     assert record["warmup_process"]["role"] == "warm-up"
     processes = record["processes"]
     assert len(processes) == 3 and all(p["status"] == "ok" and p["role"] == "measured" for p in processes)
     assert summarize_processes(processes) == record["summary"]
     ratios = record["summary"]["ratios"]
     assert {(r["pair"], r["part"]) for r in ratios} == {(pair, part) for pair in ("default", "safe_gate")
-                                                      for part in ("fwd_ms", "bwd_ms", "peak_mib")}
-    assert len({(r["B"], r["T"], r["H"]) for r in ratios}) == 4 and len(ratios) == 2 * 3 * 4
+                                                      for part, _ in bench.RATIO_PARTS}
+    assert len({(r["B"], r["T"], r["H"]) for r in ratios}) == 4 and len(ratios) == 2 * len(bench.RATIO_PARTS) * 4
     for r in ratios:
         rows = [{x["impl"]: x for x in p["result"]["forward"] if (x["B"], x["T"], x["H"]) == (r["B"], r["T"], r["H"])}
                 for p in processes]
