@@ -16,6 +16,7 @@ change hold a second launch, mode 2), then WY and the scan, in launch order. The
 
 import argparse
 import csv
+import importlib.util
 import io
 import json
 import shutil
@@ -98,9 +99,12 @@ def forward_module(variant, folder):
 
     if variant is None:
         return chunk_kernels
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import gpu_intra_ablation as ablation
-
+    # the ablation tool is a script beside this one, not a module of the package: loaded by its path, so that an
+    # import of this file from anywhere finds it without a change to sys.path
+    spec = importlib.util.spec_from_file_location("gpu_intra_ablation", Path(__file__).resolve().parent
+                                                  / "gpu_intra_ablation.py")
+    ablation = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ablation)
     variants = ablation.FORWARD_VARIANTS if variant in ablation.FORWARD_VARIANTS else ablation.VARIANTS
     return ablation.load_variant(variant, folder, variants)
 
